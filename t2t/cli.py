@@ -1,0 +1,44 @@
+"""Command-line plumbing shared by `t2t.train`, `t2t.eval` and `t2t.infer`.
+
+Flags: `--gin_file` (repeatable), `--gin_bindings` (repeatable), `--gin.X=V` shorthand,
+`--gin_search_path` (extra directories for gin files and includes). Errors that t2t raises for
+bad input (a gin macro left unset, an unknown task, an incompatible checkpoint, a missing file)
+are printed as one clear message instead of a traceback; set T2T_TRACEBACK=1 to see it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Sequence
+
+from absl import app, flags
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("gin_file", [], "Gin files to parse, in order.")
+flags.DEFINE_multi_string("gin_bindings", [], "Individual gin bindings, e.g. 'TRAIN_STEPS = 10'.")
+flags.DEFINE_multi_string("gin_search_path", [], "Extra directories to search for gin files.")
+
+
+def parse_flags_into_gin() -> None:
+  from t2t import config
+  config.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings,
+                   extra_search_paths=FLAGS.gin_search_path)
+
+
+def run(main: Callable[[Sequence[str]], None]) -> None:
+  """absl's app.run with `--gin.X=V` rewriting and readable errors for bad input."""
+  from t2t import config
+  argv = config.rewrite_gin_args(sys.argv)
+
+  def guarded(args):
+    try:
+      main(args)
+    except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, ImportError) as e:
+      if os.environ.get("T2T_TRACEBACK"):
+        raise
+      print(f"\nerror: {e}\n(set T2T_TRACEBACK=1 for the full traceback)", file=sys.stderr)
+      sys.exit(1)
+
+  app.run(guarded, argv=argv)

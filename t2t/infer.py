@@ -1,0 +1,118 @@
+r"""Decode with one checkpoint: `python -m t2t.infer`.
+
+Either a task split or a text file of inputs (one per line):
+
+  python -m t2t.infer --gin_file=models/t5_1_0/tiny.gin --gin_file=runs/infer.gin \
+    --gin.CHECKPOINT_PATH=/tmp/t2t/finetune --gin.INFER_OUTPUT_DIR=/tmp/t2t/infer \
+    --gin.INPUT_FILE=my_inputs.txt
+
+writes `INFER_OUTPUT_DIR/<name>.jsonl`, one {"inputs", "prediction"[, "target"]} per line, in order.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterator, Mapping, Sequence
+
+import gin
+import numpy as np
+import seqio
+import tensorflow as tf
+from absl import logging
+
+from t2t.data.registry import get_mixture_or_task
+from t2t.training import inputs
+from t2t.training.partitioning import Partitioner
+from t2t.training.predictor import Predictor
+
+
+@gin.configurable
+def infer(*,
+          model: Any = gin.REQUIRED,
+          checkpoint_path: str = gin.REQUIRED,
+          output_dir: str = gin.REQUIRED,
+          task_feature_lengths: Mapping[str, int] = gin.REQUIRED,
+          mixture_or_task_name: str | None = None,
+          split: str = "test",
+          input_file: str | None = None,
+          num_examples: int | None = None,
+          batch_size: int = 32,
+          partitioner: Partitioner | None = None) -> str:
+  """Decodes a task split or `input_file` greedily; returns the JSONL path written.
+
+  Inputs longer than task_feature_lengths['inputs'] are truncated; at most
+  task_feature_lengths['targets'] tokens are decoded.
+  """
+  if (input_file is None) == (mixture_or_task_name is None):
+    raise ValueError("Set exactly one of INPUT_FILE (a text file, one input per line) and "
+                     "MIXTURE_OR_TASK_NAME (a task split to decode).")
+  inputs.limit_tf_threads()
+  converter = model.feature_converter_cls(pack=False)
+  lengths = dict(task_feature_lengths)
+  if input_file is not None:
+    if not os.path.isfile(input_file):
+      raise FileNotFoundError(f"INPUT_FILE '{input_file}' does not exist.")
+    with open(input_file, encoding="utf-8") as f:
+      texts = [line.rstrip("\n") for line in f]
+    if num_examples is not None:
+      texts = texts[:num_examples]
+    task_ds = _text_dataset(texts, model.input_vocabulary, lengths["inputs"])
+    records = [{"inputs": t} for t in texts]
+    name = os.path.splitext(os.path.basename(input_file))[0]
+    vocab = model.output_vocabulary
+  else:
+    task = get_mixture_or_task(mixture_or_task_name)
+    task_ds = task.get_dataset(lengths, split=split, shuffle=False, num_epochs=1)
+    if num_examples is not None:
+      task_ds = task_ds.take(num_examples)
+    records = [_record(ex) for ex in task_ds.as_numpy_iterator()]
+    name = f"{mixture_or_task_name}.{split}"
+    vocab = task.output_features["targets"].vocabulary
+  features = converter(task_ds, lengths).as_numpy_iterator()
+  shapes = {k: (batch_size, v) for k, v in converter.get_model_feature_lengths(lengths).items()}
+  predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner, batch_size)
+  logging.info("Decoding %d inputs with %s (step %d).", len(records), checkpoint_path,
+               predictor.step)
+  tokens = predictor.predict(features)
+
+  os.makedirs(output_dir, exist_ok=True)
+  path = os.path.join(output_dir, f"{name}.jsonl")
+  with open(path, "w", encoding="utf-8") as f:
+    for record, ids in zip(records, tokens):
+      record["prediction"] = vocab.decode([int(t) for t in ids])
+      f.write(json.dumps(record, ensure_ascii=False) + "\n")
+  return path
+
+
+def _text_dataset(texts: Sequence[str], vocabulary: seqio.Vocabulary,
+                  max_length: int) -> tf.data.Dataset:
+  """Tokenised {'inputs', 'targets'} examples for raw text: inputs truncated to
+  `max_length` including EOS, targets a lone EOS (unused by decoding)."""
+  def gen() -> Iterator[dict[str, np.ndarray]]:
+    for text in texts:
+      ids = list(vocabulary.encode(text))[:max_length - 1] + [vocabulary.eos_id]
+      yield {"inputs": np.asarray(ids, np.int32), "targets": np.asarray([1], np.int32)}
+  spec = {"inputs": tf.TensorSpec([None], tf.int32), "targets": tf.TensorSpec([None], tf.int32)}
+  return tf.data.Dataset.from_generator(gen, output_signature=spec)
+
+
+def _record(example: Mapping[str, Any]) -> dict[str, str]:
+  out = {}
+  for key in ("inputs", "targets"):
+    raw = example.get(f"{key}_pretokenized")
+    if raw is not None:
+      out["target" if key == "targets" else key] = (
+          raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))
+  return out
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  from t2t import cli
+  cli.parse_flags_into_gin()
+  print(infer())
+
+
+if __name__ == "__main__":
+  from t2t import cli
+  cli.run(main)

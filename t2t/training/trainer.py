@@ -41,7 +41,7 @@ def train_step(model: Any, optimizer: optax.GradientTransformation, state: Train
   (_, metrics), grads = grad_fn(state.params, batch, rng)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
+  metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 

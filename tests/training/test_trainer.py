@@ -1,0 +1,85 @@
+"""Tests for t2t/training/trainer.py and the training run of t2t/train.py on a toy task."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from t2t import train as train_lib
+from t2t.training import checkpoints, inputs, optim
+from t2t.training.partitioning import Partitioner
+from t2t.training.trainer import Trainer, run_loop
+from tests.training import toy
+
+BATCH = 8
+
+
+@pytest.fixture(autouse=True)
+def _task():
+  toy.register()
+
+
+def _run(model_dir, steps, model=None, **kw):
+  return train_lib.train(
+      model=model or toy.model(), mixture_or_task_name=toy.TASK,
+      task_feature_lengths=toy.LENGTHS, train_steps=steps, model_dir=str(model_dir),
+      batch_size=BATCH, optimizer=optim.adafactor(learning_rate=0.01), checkpoint_every=4,
+      log_every=2, **kw)
+
+
+def test_train_step_learns_the_copy_task():
+  model = toy.model()
+  converter = model.feature_converter_cls(pack=True)
+  shapes = {k: (BATCH, v) for k, v in converter.get_model_feature_lengths(toy.LENGTHS).items()}
+  tr = Trainer(model, optim.adafactor(learning_rate=0.05), Partitioner(), shapes)
+  batches = inputs.train_batches(toy.TASK, toy.LENGTHS, converter, BATCH, seed=0)
+  state = tr.init_state()
+  losses = []
+  run_loop(tr, state, batches, 60, [lambda s, st, m, b: m and losses.append(m["loss"])],
+           log_every=10)
+  assert len(losses) == 6
+  assert losses[-1] < losses[0] - 0.5, losses  # ln(64) = 4.16 is chance
+
+
+def test_run_writes_checkpoints_config_and_metrics(tmp_path):
+  state = _run(tmp_path, 4)
+  assert int(state.step) == 4
+  assert os.path.isdir(tmp_path / "checkpoint_4")
+  assert os.path.isfile(tmp_path / "config.gin")  # its contents: tests/test_end_to_end.py
+  records = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+  assert [r["step"] for r in records] == [2, 4]
+  assert {"loss", "accuracy", "grad_norm", "tokens_per_sec"} <= set(records[0])
+
+
+def test_resume_is_exact(tmp_path):
+  straight = _run(tmp_path / "straight", 8)
+  _run(tmp_path / "resumed", 4)
+  resumed = _run(tmp_path / "resumed", 8)  # picks up checkpoint_4 and its data position
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+               jax.device_get(straight.params), jax.device_get(resumed.params))
+  steps = [json.loads(l)["step"] for l in open(tmp_path / "resumed" / "metrics.jsonl")]
+  assert steps == [2, 4, 6, 8]
+
+
+def test_incompatible_model_dir_is_refused_and_left_intact(tmp_path):
+  _run(tmp_path, 4)
+  before = {name: os.path.getmtime(tmp_path / name) for name in os.listdir(tmp_path)}
+  config_text = open(tmp_path / "config.gin").read()
+  with pytest.raises(checkpoints.CheckpointMismatchError, match=r"decoder_norm/scale.*\(32,\).*\(48,\)"):
+    _run(tmp_path, 8, model=toy.model(d_model=48))
+  after = {name: os.path.getmtime(tmp_path / name) for name in os.listdir(tmp_path)}
+  assert before == after
+  assert open(tmp_path / "config.gin").read() == config_text
+
+
+def test_initial_checkpoint_path_starts_from_those_parameters(tmp_path):
+  pretrained = _run(tmp_path / "pre", 4)
+  # Zero steps of fine-tuning would return the loaded parameters themselves; one step moves them
+  # only a little, and must start from them (not from a fresh initialisation).
+  finetuned = _run(tmp_path / "fine", 1, initial_checkpoint_path=str(tmp_path / "pre"))
+  fresh = _run(tmp_path / "fresh", 1)
+  dist = lambda a, b: sum(float(np.abs(x - y).sum()) for x, y in zip(
+      jax.tree.leaves(jax.device_get(a.params)), jax.tree.leaves(jax.device_get(b.params))))
+  assert dist(finetuned, pretrained) < dist(fresh, pretrained)
+  assert int(finetuned.step) == 1  # a fresh optimizer and step count

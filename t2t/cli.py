@@ -42,3 +42,10 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
       sys.exit(1)
 
   app.run(guarded, argv=argv)
+
+
+def run_module(name: str) -> None:
+  """Imports entry-point module `name` and runs its `main` (then exits)."""
+  import importlib
+  run(importlib.import_module(name).main)
+  sys.exit(0)

@@ -4,8 +4,8 @@ t2t follows t5x's gin idiom: a run is `--gin_file=models/... --gin_file=runs/pre
 bindings; `runs/*.gin` declare the macros a user must set as `X = %gin.REQUIRED`; `--gin.X=V` is
 shorthand for the binding `X = V`; the operative config is written to `MODEL_DIR/config.gin`.
 
-Gin files are found, in order, relative to the current directory, in the checkout's `gin/`
-directory, and in the copy that `pip install` places under `<prefix>/share/t2t/gin`.
+Gin files are found, in order, in the checkout's `gin/` directory, in the copy that
+`pip install` places under `<prefix>/share/t2t/gin`, and relative to the current directory.
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ class GinConfigError(ValueError):
 
 
 def gin_search_paths() -> list[str]:
-  """Directories searched for gin files: cwd, the checkout's gin/, the installed copy."""
-  paths = [os.getcwd()]
+  """Directories searched for gin files: the checkout's gin/, the installed copy, cwd."""
+  paths = []
   checkout = Path(__file__).resolve().parent.parent / "gin"
   if checkout.is_dir():
     paths.append(str(checkout))
@@ -46,6 +46,7 @@ def gin_search_paths() -> list[str]:
     installed = Path(prefix) / "share" / "t2t" / "gin"
     if installed.is_dir() and str(installed) not in paths:
       paths.append(str(installed))
+  paths.append(os.getcwd())
   return paths
 
 

@@ -10,6 +10,12 @@ prediction per example).
 """
 from __future__ import annotations
 
+if __name__ == "__main__":
+  # `python -m t2t.eval` runs this file as __main__. Run the importable module instead, so that
+  # gin registers its configurable once (as t2t.eval.*), not a second time under __main__.
+  from t2t import cli
+  cli.run_module("t2t.eval")
+
 import json
 import os
 from typing import Any, Mapping, Sequence
@@ -117,7 +123,3 @@ def main(argv: Sequence[str]) -> None:
     print(task + ": " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                   for k, v in metrics.items()))
 
-
-if __name__ == "__main__":
-  from t2t import cli
-  cli.run(main)

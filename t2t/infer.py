@@ -10,6 +10,12 @@ writes `INFER_OUTPUT_DIR/<name>.jsonl`, one {"inputs", "prediction"[, "target"]}
 """
 from __future__ import annotations
 
+if __name__ == "__main__":
+  # `python -m t2t.infer` runs this file as __main__. Run the importable module instead, so that
+  # gin registers its configurable once (as t2t.infer.*), not a second time under __main__.
+  from t2t import cli
+  cli.run_module("t2t.infer")
+
 import json
 import os
 from typing import Any, Iterator, Mapping, Sequence
@@ -112,7 +118,3 @@ def main(argv: Sequence[str]) -> None:
   cli.parse_flags_into_gin()
   print(infer())
 
-
-if __name__ == "__main__":
-  from t2t import cli
-  cli.run(main)

@@ -11,6 +11,12 @@ loads parameters from another run when MODEL_DIR holds none yet.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":
+  # `python -m t2t.train` runs this file as __main__. Run the importable module instead, so that
+  # gin registers its configurable once (as t2t.train.*), not a second time under __main__.
+  from t2t import cli
+  cli.run_module("t2t.train")
+
 import os
 from typing import Any, Mapping, Sequence
 
@@ -112,7 +118,3 @@ def main(argv: Sequence[str]) -> None:
   cli.parse_flags_into_gin()
   train()
 
-
-if __name__ == "__main__":
-  from t2t import cli
-  cli.run(main)

@@ -1,0 +1,34 @@
+"""Looking up seqio tasks and mixtures by name, with a helpful error for a mistyped name."""
+from __future__ import annotations
+
+import difflib
+from typing import Union
+
+import seqio
+
+TaskOrMixture = Union[seqio.Task, seqio.Mixture]
+
+
+def registered_names() -> list[str]:
+  """All task and mixture names registered with seqio in this process, sorted."""
+  return sorted(set(seqio.TaskRegistry.names()) | set(seqio.MixtureRegistry.names()))
+
+
+def get_mixture_or_task(name: str) -> TaskOrMixture:
+  """Returns the registered seqio Task or Mixture called `name`.
+
+  Raises:
+    ValueError: when nothing is registered under `name`; the message lists the closest registered
+      names and says how to get a task module imported.
+  """
+  if not isinstance(name, str) or not name:
+    raise ValueError(f"A task or mixture name must be a non-empty string, got {name!r}.")
+  names = registered_names()
+  if name in names:
+    return seqio.get_mixture_or_task(name)
+  close = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
+  hint = f" Did you mean: {', '.join(close)}?" if close else ""
+  raise ValueError(
+      f"Unknown task or mixture {name!r}.{hint} ({len(names)} registered; import the module that "
+      "registers yours with --gin.import or a gin 'import' line)"
+  )

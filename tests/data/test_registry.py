@@ -1,0 +1,34 @@
+"""Task lookup by name, with suggestions for a mistyped one."""
+import pytest
+import seqio
+
+import tasks  # noqa: F401  (registers the BBC tasks)
+from t2t.data import registry
+
+
+def test_finds_registered_tasks_and_mixtures():
+  assert registry.get_mixture_or_task("bbc_topic").name == "bbc_topic"
+  name = "t2t_test_registry_mixture"
+  seqio.MixtureRegistry.remove(name)
+  seqio.MixtureRegistry.add(name, ["bbc_topic", "bbc_span_corruption"], default_rate=1.0)
+  try:
+    assert isinstance(registry.get_mixture_or_task(name), seqio.Mixture)
+    assert name in registry.registered_names()
+  finally:
+    seqio.MixtureRegistry.remove(name)
+
+
+def test_mistyped_name_suggests_the_closest():
+  count = len(registry.registered_names())
+  with pytest.raises(ValueError) as err:
+    registry.get_mixture_or_task("bbc_topc")
+  message = str(err.value)
+  assert message.startswith("Unknown task or mixture 'bbc_topc'. Did you mean: bbc_topic")
+  assert f"({count} registered; import the module that registers yours" in message
+
+
+def test_unrelated_name_and_bad_type():
+  with pytest.raises(ValueError, match=r"Unknown task or mixture 'zzzz'\. \(\d+ registered"):
+    registry.get_mixture_or_task("zzzz")
+  with pytest.raises(ValueError, match="non-empty string"):
+    registry.get_mixture_or_task("")

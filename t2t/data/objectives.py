@@ -107,11 +107,12 @@ def span_corruption_feature_lengths(
     inputs_length: int = 512,
     noise_density: float = 0.15,
     mean_noise_span_length: float = 3.0,
-    final_sentinel: bool = True,
+    final_sentinel: bool = False,
 ) -> dict[str, int]:
   """The `TASK_FEATURE_LENGTHS` that `span_corruption` fills exactly (EOS included).
 
-  E.g. 512 at (0.15, 3) -> {"inputs": 512, "targets": 115}: the paper's 114 plus the final sentinel.
+  E.g. 512 at (0.15, 3) -> {"inputs": 512, "targets": 114}, the paper's figures; 115 with
+  `final_sentinel=True`.
   """
   _, targets_length = random_spans_helper(inputs_length, noise_density, mean_noise_span_length)
   return {"inputs": inputs_length, "targets": targets_length + int(final_sentinel)}
@@ -348,16 +349,17 @@ def span_corruption(
     mean_noise_span_length: float = 3.0,
     input_feature_key: str = "inputs",
     merge_examples_to_reduce_padding: bool = True,
-    final_sentinel: bool = True,
+    final_sentinel: bool = False,
 ) -> tf.data.Dataset:
   """T5's pre-training objective ("random spans"): corrupt spans; predict them after sentinels.
 
   Pipeline: one random chunk of each document, documents concatenated
   (`merge_examples_to_reduce_padding`), split into `random_spans_helper` raw lengths (568 raw
   tokens for 512 inputs at (0.15, 3)), masked by `noise.random_spans_noise_mask`. Inputs: kept
-  tokens, one sentinel per span. Targets: each span after its sentinel, then a final sentinel
-  (`final_sentinel=False`: the ref. code's format). Full segments fill
-  `span_corruption_feature_lengths(...)` exactly: 512/115 at (0.15, 3).
+  tokens, one sentinel per span. Targets: each span after its sentinel, as the reference code
+  does: its masks end with a noise span, so no closing sentinel follows (`final_sentinel=True`
+  adds one, as Figure 2 draws it for a text ending in kept tokens). Full segments fill
+  `span_corruption_feature_lengths(...)` exactly: 512/114 at (0.15, 3), never truncated.
 
   Documented edge cases: empty documents are dropped; a one-token segment is left uncorrupted
   (inputs = the token, targets = one sentinel).

@@ -30,5 +30,5 @@ def get_mixture_or_task(name: str) -> TaskOrMixture:
   hint = f" Did you mean: {', '.join(close)}?" if close else ""
   raise ValueError(
       f"Unknown task or mixture {name!r}.{hint} ({len(names)} registered; import the module that "
-      "registers yours with --gin.import or a gin 'import' line)"
+      "registers yours with an 'import my_tasks' line in a gin file)"
   )

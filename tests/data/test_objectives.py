@@ -80,8 +80,8 @@ def test_random_spans_helper_reproduces_the_paper(noise_density, mean_span, raw,
 
 
 def test_feature_lengths_count_the_final_sentinel():
-  assert objectives.span_corruption_feature_lengths(512) == {"inputs": 512, "targets": 115}
-  assert objectives.span_corruption_feature_lengths(512, final_sentinel=False)["targets"] == 114
+  assert objectives.span_corruption_feature_lengths(512) == {"inputs": 512, "targets": 114}
+  assert objectives.span_corruption_feature_lengths(512, final_sentinel=True)["targets"] == 115
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -181,16 +181,24 @@ def _token_dataset(docs):
 
 
 def _split_example(inputs, targets, vocab):
-  """Checks the sentinels of one example and returns (raw tokens, noise-span lengths)."""
+  """Checks the sentinels of one example and returns (raw tokens, noise-span lengths).
+
+  Accepts both target formats: with a closing sentinel (`final_sentinel=True`) and without
+  (the reference code's, the default).
+  """
   first_sentinel = vocab.vocab_size - vocab.extra_ids
   in_sentinels = [t for t in inputs if t >= first_sentinel]
   tgt_sentinels = [t for t in targets if t >= first_sentinel]
   k = len(in_sentinels)
   assert in_sentinels == [vocab.vocab_size - 1 - j for j in range(k)]  # unique, in order
-  assert tgt_sentinels == in_sentinels + [vocab.vocab_size - 1 - k]  # same order, + final
-  assert targets[-1] == vocab.vocab_size - 1 - k and targets[0] == vocab.vocab_size - 1
+  closing = tgt_sentinels == in_sentinels + [vocab.vocab_size - 1 - k]
+  assert closing or tgt_sentinels == in_sentinels  # same order, optionally + closing
+  if closing:
+    assert targets[-1] == vocab.vocab_size - 1 - k
+    targets = targets[:-1]
+  assert not targets or targets[0] == vocab.vocab_size - 1
   spans, current = [], None
-  for t in targets[:-1]:
+  for t in targets:
     if t >= first_sentinel:
       current = []
       spans.append(current)
@@ -205,9 +213,9 @@ def _split_example(inputs, targets, vocab):
 def test_span_corruption_statistics_over_2000_examples():
   vocab, features = _bbc_features()
   docs = [vocab.encode(a["text"]) for a in sources.bbc_articles("train")[:640]]
-  lengths = objectives.span_corruption_feature_lengths(128)
+  lengths = objectives.span_corruption_feature_lengths(128, final_sentinel=True)
   with seqio.utils.map_seed_manager(17):
-    ds = objectives.span_corruption(_token_dataset(docs), lengths, features)
+    ds = objectives.span_corruption(_token_dataset(docs), lengths, features, final_sentinel=True)
   examples = list(ds.take(2000).as_numpy_iterator())
   assert len(examples) == 2000
   raw_all, span_lengths = [], []
@@ -230,6 +238,20 @@ def test_span_corruption_statistics_over_2000_examples():
   assert "<extra_id_0>" in text and "<extra_id_1>" in text
 
 
+def test_span_corruption_default_is_the_reference_format_at_512_114():
+  vocab, features = _bbc_features()
+  docs = [vocab.encode(a["text"]) for a in sources.bbc_articles("train")[:200]]
+  with seqio.utils.map_seed_manager(5):
+    ds = objectives.span_corruption(_token_dataset(docs), {"inputs": 512}, features)
+  examples = list(ds.take(40).as_numpy_iterator())
+  first_sentinel = vocab.vocab_size - vocab.extra_ids
+  for ex in examples[:-1]:  # every full segment fills 511 + EOS / 113 + EOS exactly
+    assert len(ex["inputs"]) == 511 and len(ex["targets"]) == 113
+    assert ex["targets"][-1] < first_sentinel  # ends with the last span, no closing sentinel
+    assert sum(t >= first_sentinel for t in ex["targets"]) == sum(
+        t >= first_sentinel for t in ex["inputs"])
+
+
 def test_span_corruption_is_deterministic_under_seqio_seeds():
   vocab, features = _bbc_features()
   docs = [vocab.encode(a["text"]) for a in sources.bbc_articles("validation")[:20]]
@@ -248,7 +270,8 @@ def test_span_corruption_edge_cases_are_documented_behaviour():
   docs = [[], [7], [5, 6]]
   with seqio.utils.map_seed_manager(1):
     ds = objectives.span_corruption(
-        _token_dataset(docs), {"inputs": 64}, features, merge_examples_to_reduce_padding=False)
+        _token_dataset(docs), {"inputs": 64}, features, merge_examples_to_reduce_padding=False,
+        final_sentinel=True)
   examples = [(ex["inputs"].tolist(), ex["targets"].tolist()) for ex in ds.as_numpy_iterator()]
   # Empty document dropped; a one-token document is kept uncorrupted; two tokens: one kept, one noise.
   assert examples == [([7], [8099]), ([5, 8099], [8099, 6, 8098])]
@@ -258,7 +281,7 @@ def test_span_corruption_edge_cases_are_documented_behaviour():
     ({"noise_density": 1.0}, "noise_density"),
     ({"mean_noise_span_length": 0.0}, "mean_noise_span_length"),
     ({"sequence_length": None}, r"sequence_length\['inputs'\]"),
-    ({"sequence_length": {"inputs": 4096}}, "needs 228 sentinels .* extra_ids=100"),
+    ({"sequence_length": {"inputs": 4096}}, "needs 227 sentinels .* extra_ids=100"),
 ])
 def test_span_corruption_rejects_bad_settings(kwargs, match):
   _, features = _bbc_features()

@@ -1,0 +1,105 @@
+"""Mixing rates: formulas by hand, and empirical task frequencies drawn from a real seqio.Mixture."""
+import collections
+import functools
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+import seqio
+import tensorflow as tf
+
+from t2t.data import mixing
+
+SIZES = {"mix_test_small": 10, "mix_test_medium": 100, "mix_test_large": 1000}
+DRAWS = 4000
+
+
+def _register_in_memory_tasks() -> None:
+    """Three tasks whose examples carry their own index as the single target token."""
+    features = {"targets": seqio.Feature(seqio.PassThroughVocabulary(size=8), add_eos=False)}
+    for index, (name, size) in enumerate(SIZES.items()):
+        def dataset_fn(split, shuffle_files, seed=None, _index=index, _size=size):
+            del split, shuffle_files, seed
+            return tf.data.Dataset.from_tensors({"targets": tf.constant([_index], tf.int32)}).repeat(_size)
+        seqio.TaskRegistry.remove(name)
+        seqio.TaskRegistry.add(
+            name, source=seqio.FunctionDataSource(dataset_fn, splits=["train"],
+                                                  num_input_examples={"train": size}),
+            preprocessors=[], output_features=features)
+
+
+def _empirical_frequencies(rate) -> np.ndarray:
+    _register_in_memory_tasks()
+    seqio.MixtureRegistry.remove("mix_test")
+    mixture = seqio.MixtureRegistry.add("mix_test", list(SIZES), default_rate=rate)
+    dataset = mixture.get_dataset({"targets": 1}, split="train", seed=123, shuffle=False)
+    counts = collections.Counter(int(ex["targets"][0]) for ex in dataset.take(DRAWS).as_numpy_iterator())
+    return np.array([counts[i] for i in range(len(SIZES))], dtype=np.float64)
+
+
+def _expected(rates) -> np.ndarray:
+    r = np.asarray(rates, dtype=np.float64)
+    return r / r.sum()
+
+
+@pytest.mark.parametrize("rate, expected", [
+    # K = 300: min(N, K) = 10, 100, 300.
+    (mixing.examples_proportional(maximum=300), _expected([10, 100, 300])),
+    # T = 2, no cap: sqrt(N).
+    (mixing.examples_proportional(temperature=2.0), _expected([10 ** 0.5, 100 ** 0.5, 1000 ** 0.5])),
+    (mixing.equal, _expected([1, 1, 1])),
+    (mixing.jiant_rate("log"), _expected([math.log(10), math.log(100), math.log(1000)])),
+    (mixing.jiant_rate("power", exponent=0.5), _expected([10 ** 0.5, 100 ** 0.5, 1000 ** 0.5])),
+    # An artificial size for the "unlabeled" large task overrides its real size.
+    (mixing.examples_proportional(num_examples={"mix_test_large": 50}), _expected([10, 100, 50])),
+])
+def test_seqio_mixture_samples_tasks_at_the_formula_rates(rate, expected):
+    counts = _empirical_frequencies(rate)
+    assert counts.sum() == DRAWS
+    assert np.abs(counts / DRAWS - expected).max() < 0.02  # within 2 points
+    assert scipy.stats.chisquare(counts, expected * DRAWS).pvalue > 1e-3
+
+
+def test_proportional_rate_by_hand():
+    assert mixing.proportional_rate(5000, maximum=2 ** 12) == 4096.0
+    assert mixing.proportional_rate(100, maximum=2 ** 12) == 100.0
+    assert mixing.proportional_rate(10_000, temperature=4.0) == pytest.approx(10.0)
+    proportions = mixing.mixing_proportions(
+        {"a": 1000, "b": 4000}, functools.partial(mixing.proportional_rate, maximum=2000))
+    assert proportions == {"a": pytest.approx(1 / 3), "b": pytest.approx(2 / 3)}
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        mixing.examples_proportional(temperature=0)
+    with pytest.raises(ValueError, match="maximum must be > 0"):
+        mixing.proportional_rate(10, maximum=-1)
+
+
+def test_jiant_weights_and_loss_scaling():
+    assert mixing.jiant_weight(100, "uniform") == 1.0
+    assert mixing.jiant_weight(100, "proportional") == 100.0
+    assert mixing.jiant_weight(100, "log") == pytest.approx(math.log(100))
+    assert mixing.jiant_weight(16, "power", exponent=0.75) == pytest.approx(8.0)
+    weights = mixing.jiant_loss_weights({"rte": 2500, "mnli": 400_000}, "power", exponent=0.5)
+    assert weights == {"rte": pytest.approx(50 / (400_000 ** 0.5)), "mnli": 1.0}
+    with pytest.raises(ValueError, match="unknown jiant sampling kind 'sqrt'"):
+        mixing.jiant_rate("sqrt")
+
+
+def test_task_size_errors_and_tasks_without_the_split():
+    _register_in_memory_tasks()
+    task = seqio.get_mixture_or_task("mix_test_small")
+    assert mixing.task_size(task) == 10.0
+    with pytest.raises(ValueError, match="num_examples"):
+        mixing.task_size(task, split="validation")
+    # An evaluation-only task (no train split) takes no share of training.
+    assert mixing.examples_proportional(maximum=5)(task) == 5.0
+    assert mixing.examples_proportional(split="validation")(task) == 0.0
+
+
+def test_leave_one_out_registers_the_rest():
+    _register_in_memory_tasks()
+    mixture = mixing.leave_one_out("mix_test_loo", list(SIZES), "mix_test_medium", mixing.equal)
+    assert [t.name for t in mixture.tasks] == ["mix_test_large", "mix_test_small"]
+    assert seqio.get_mixture_or_task("mix_test_loo") is mixture
+    with pytest.raises(ValueError, match="'nope' is not among"):
+        mixing.leave_one_out("mix_test_loo", list(SIZES), "nope", mixing.equal)

@@ -1,0 +1,204 @@
+"""The model API used by the trainer, the evaluator and inference (mirrors t5x's `EncoderDecoderModel`).
+
+A model bundles a Flax module, its vocabularies and the seqio feature converter its batches come from,
+and exposes pure functions of (params, batch): `loss_fn`, `predict_batch`, `score_batch`. Everything
+static lives on the model object, so `jax.jit(model.loss_fn)` etc. just work. Params passed to these
+functions are plain (unboxed) arrays; `get_initial_variables` returns boxed ones
+(`nn.LogicallyPartitioned` leaves) so the trainer can derive partition specs from them.
+
+Batches are dicts keyed by seqio `EncDecFeatureConverter` names:
+  encoder_input_tokens [b, l_enc], decoder_input_tokens / decoder_target_tokens /
+  decoder_loss_weights [b, l_dec], and, when packed, {encoder,decoder}_{segment_ids,positions}.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import gin
+import jax
+import jax.numpy as jnp
+import seqio
+
+from t2t.models import decoding
+from t2t.models.transformer import Transformer
+
+Array = jax.Array
+Batch = Mapping[str, Array]
+
+_PACKING_KEYS = ('encoder_segment_ids', 'decoder_segment_ids', 'encoder_positions', 'decoder_positions')
+
+
+def cross_entropy_with_logits(logits: Array, targets: Array,
+                              label_smoothing: float = 0.0) -> tuple[Array, Array]:
+  """Token cross-entropy with optional label smoothing. logits [b, l, v], targets [b, l] -> ([b, l], [b, l]).
+
+  Returns (loss, correct). With smoothing the target distribution puts 1 - label_smoothing on the target
+  and spreads the rest over the other tokens; its entropy is subtracted so a perfect model scores 0
+  (as in the T5 reference code).
+  """
+  vocab = logits.shape[-1]
+  logits = logits.astype(jnp.float32)
+  log_probs = jax.nn.log_softmax(logits, axis=-1)
+  target_log_probs = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  if label_smoothing:
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / (vocab - 1)
+    entropy = -(confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low + 1e-20))
+    sum_other = jnp.sum(log_probs, axis=-1) - target_log_probs
+    loss = -(confidence * target_log_probs + low * sum_other) - entropy
+  else:
+    loss = -target_log_probs
+  correct = jnp.argmax(logits, axis=-1) == targets
+  return loss, correct
+
+
+@gin.configurable
+class EncoderDecoderModel:
+  """T5-style encoder-decoder model: teacher-forced loss, greedy prediction, sequence scoring."""
+
+  feature_converter_cls = seqio.EncDecFeatureConverter
+
+  def __init__(self, module: Transformer, input_vocabulary: seqio.Vocabulary,
+               output_vocabulary: seqio.Vocabulary, label_smoothing: float = 0.0,
+               decode_fn: Callable[..., Array] = decoding.greedy_decode):
+    """`module` is a `Transformer`; vocabularies are used by the evaluator / infer to (de)tokenize.
+
+    `decode_fn` is the decoding strategy of `predict_batch` (t2t.models.decoding: `greedy_decode`,
+    the T5 default; `beam_search`; `temperature_sample`), e.g. in gin
+    `EncoderDecoderModel.decode_fn = @beam_search` with `beam_search.alpha = 0.6`.
+    """
+    if not isinstance(module, nn.Module):
+      raise ValueError(f'EncoderDecoderModel.module must be a Flax module (a Transformer), got '
+                       f'{type(module).__name__}.')
+    if not 0.0 <= label_smoothing < 1.0:
+      raise ValueError(f'label_smoothing must be in [0, 1), got {label_smoothing}.')
+    self.module = module
+    self.input_vocabulary = input_vocabulary
+    self.output_vocabulary = output_vocabulary
+    self.label_smoothing = float(label_smoothing)
+    self.decode_fn = decode_fn
+
+  # ---------------------------------------------------------------- initialisation
+  def get_initial_variables(self, rng: Array, input_shapes: Mapping[str, tuple[int, ...]],
+                            input_types: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """Initial Flax variables ({'params': ...}, boxed with logical axis names) for the given shapes.
+
+    `input_shapes` is keyed by feature-converter names and needs `encoder_input_tokens` and
+    `decoder_input_tokens`; segment ids / positions are used when present. Works under
+    `jax.eval_shape` (no data dependence).
+    """
+    for key in ('encoder_input_tokens', 'decoder_input_tokens'):
+      if key not in input_shapes:
+        raise ValueError(f'get_initial_variables needs input_shapes[{key!r}]; got keys '
+                         f'{sorted(input_shapes)}.')
+    self._check_vocabulary_fits()
+    input_types = input_types or {}
+    dummy = lambda k: jnp.ones(input_shapes[k], input_types.get(k, jnp.int32))
+    optional = {k: dummy(k) for k in _PACKING_KEYS if k in input_shapes}
+    params_rng, dropout_rng = jax.random.split(rng)
+    return self.module.init({'params': params_rng, 'dropout': dropout_rng},
+                            dummy('encoder_input_tokens'), dummy('decoder_input_tokens'),
+                            enable_dropout=False, **optional)
+
+  def _check_vocabulary_fits(self) -> None:
+    num_embeddings = self.module.config.vocab_size
+    for name, vocab in (('input', self.input_vocabulary), ('output', self.output_vocabulary)):
+      if vocab is not None and vocab.vocab_size > num_embeddings:
+        raise ValueError(f'The {name} vocabulary has {vocab.vocab_size} ids but the model only '
+                         f'{num_embeddings} embeddings; raise T5Config.vocab_size (NUM_EMBEDDINGS).')
+
+  # ---------------------------------------------------------------- training
+  def _logits(self, params: Any, batch: Batch, dropout_rng: Array | None) -> Array:
+    packing = {k: batch[k] for k in _PACKING_KEYS if k in batch}
+    rngs = {'dropout': dropout_rng} if dropout_rng is not None else None
+    logits = self.module.apply({'params': params}, batch['encoder_input_tokens'],
+                               batch['decoder_input_tokens'], enable_dropout=dropout_rng is not None,
+                               rngs=rngs, **packing)
+    return logits.astype(jnp.float32)
+
+  def loss_fn(self, params: Any, batch: Batch,
+              dropout_rng: Array | None) -> tuple[Array, dict[str, Array]]:
+    """Weighted teacher-forced cross-entropy; `dropout_rng=None` runs without dropout.
+
+    loss = sum(ce * w) / sum(w) with w = decoder_loss_weights (or decoder_target_tokens > 0).
+    Metrics: 'loss', 'accuracy' (weighted token accuracy), 'num_tokens' (sum of weights).
+    """
+    _require(batch, ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens'),
+             'loss_fn')
+    targets = batch['decoder_target_tokens']
+    weights = batch.get('decoder_loss_weights')
+    weights = (targets > 0) if weights is None else weights
+    weights = weights.astype(jnp.float32)
+    logits = self._logits(params, batch, dropout_rng)
+    ce, correct = cross_entropy_with_logits(logits, targets, self.label_smoothing)
+    num_tokens = jnp.sum(weights)
+    denom = jnp.maximum(num_tokens, 1e-8)
+    loss = jnp.sum(ce * weights) / denom
+    metrics = {'loss': loss, 'accuracy': jnp.sum(correct * weights) / denom, 'num_tokens': num_tokens}
+    return loss, metrics
+
+  # ---------------------------------------------------------------- inference
+  def predict_batch(self, params: Any, batch: Batch, max_decode_length: int | None = None,
+                    rng: Array | None = None) -> Array:
+    """Decoding with the KV cache (greedy by default, see `decode_fn`), no dropout. [b, length].
+
+    `max_decode_length` defaults to the length of `decoder_target_tokens` (or `decoder_input_tokens`).
+    Rows end at EOS (id 1); later positions are 0. `rng` feeds sampling strategies.
+    """
+    _require(batch, ('encoder_input_tokens',), 'predict_batch')
+    _refuse_packed(batch, 'predict_batch')
+    if max_decode_length is None:
+      for key in ('decoder_target_tokens', 'decoder_input_tokens'):
+        if key in batch:
+          max_decode_length = batch[key].shape[1]
+          break
+      else:
+        raise ValueError('predict_batch needs max_decode_length or a decoder_target_tokens feature '
+                         'to size the output.')
+    enc_tokens = batch['encoder_input_tokens']
+    batch_size = enc_tokens.shape[0]
+    variables = {'params': params}
+    encoded = self.module.apply(variables, enc_tokens, enable_dropout=False,
+                                method=Transformer.encode)
+
+    def run_decoder(tokens, cache):
+      cache_vars = {} if cache is None else {'cache': cache}
+      logits, new_vars = self.module.apply(
+          {**variables, **cache_vars}, encoded, enc_tokens, tokens, enable_dropout=False,
+          decode=True, mutable=['cache'], method=Transformer.decode)
+      return logits, new_vars['cache']
+
+    # A first full-length call sizes the self-attention caches and projects the encoder keys/values.
+    _, cache = run_decoder(jnp.zeros((batch_size, max_decode_length), jnp.int32), None)
+
+    def tokens_to_logits(tokens: Array, cache: Any) -> tuple[Array, Any]:
+      logits, cache = run_decoder(tokens, cache)
+      return logits[:, -1, :], cache
+
+    return self.decode_fn(tokens_to_logits, cache, batch_size, max_decode_length, rng=rng)
+
+  def score_batch(self, params: Any, batch: Batch) -> Array:
+    """Sum of target-token log-probabilities per example, weighted by decoder_loss_weights. [b]."""
+    _require(batch, ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens'),
+             'score_batch')
+    _refuse_packed(batch, 'score_batch')
+    targets = batch['decoder_target_tokens']
+    weights = batch.get('decoder_loss_weights')
+    weights = (targets > 0) if weights is None else weights
+    log_probs = jax.nn.log_softmax(self._logits(params, batch, None), axis=-1)
+    token_scores = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+    return jnp.sum(token_scores * weights.astype(jnp.float32), axis=-1)
+
+
+def _require(batch: Batch, keys: tuple[str, ...], where: str) -> None:
+  missing = [k for k in keys if k not in batch]
+  if missing:
+    raise ValueError(f'{where}: batch lacks {missing}; it has {sorted(batch)}. Batches come from '
+                     'seqio.EncDecFeatureConverter.')
+
+
+def _refuse_packed(batch: Batch, where: str) -> None:
+  if 'encoder_segment_ids' in batch or 'decoder_segment_ids' in batch:
+    raise ValueError(f'{where} does not support packed batches (one example per row); build the '
+                     'batch with a feature converter created with pack=False.')

@@ -1,0 +1,325 @@
+"""Shared Transformer layers (Flax linen) with logical axis annotations.
+
+Every parameter is created through `nn.with_logical_partitioning` so that the trainer can map it onto a
+device mesh with gin-configurable rules; every main activation is constrained with
+`nn.with_logical_constraint`. Logical axis names used here:
+
+  parameters:  vocab, embed, mlp, heads, kv, relpos_buckets
+  activations: batch, length, embed, mlp, heads, kv, vocab
+
+The layers follow the T5 reference (mesh-tensorflow) conventions: no biases anywhere, RMS-style layer
+norm, attention logits *not* scaled by 1/sqrt(d_kv) (the scaling lives in the query initialiser).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+DType = Any
+Initializer = Callable[..., Array]
+
+# Added to attention logits at masked positions. Large but finite: a query whose keys are all masked
+# (a padding position) then gets uniform weights instead of NaNs.
+NEG_INF = -1e10
+
+
+def _canonical_axes(axes: Sequence[int], ndim: int) -> tuple[int, ...]:
+  return tuple(a % ndim for a in axes)
+
+
+class RMSNorm(nn.Module):
+  """T5 layer norm: x * rsqrt(mean(x^2) + eps) * scale. No mean subtraction, no bias.
+
+  Statistics are computed in float32 whatever the activation dtype. [..., embed] -> [..., embed].
+  """
+  epsilon: float = 1e-6
+  dtype: DType = jnp.float32
+  param_dtype: DType = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    features = x.shape[-1]
+    scale = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, ('embed',)),
+                       (features,), self.param_dtype)
+    x32 = jnp.asarray(x, jnp.float32)
+    var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    y = x32 * jax.lax.rsqrt(var + self.epsilon)
+    return jnp.asarray(y, self.dtype) * jnp.asarray(scale, self.dtype)
+
+
+class DenseGeneral(nn.Module):
+  """Bias-free dense layer contracting `axis` of the input into `features` output dims.
+
+  Example: features=(heads, d_kv), axis=-1 maps [b, l, embed] -> [b, l, heads, d_kv] with a kernel of
+  shape [embed, heads, d_kv]; features=embed, axis=(-2, -1) maps [b, l, heads, d_kv] -> [b, l, embed].
+  `kernel_axes` names every kernel dimension (contracted dims first, then output dims).
+  """
+  features: int | tuple[int, ...]
+  kernel_axes: tuple[str, ...]
+  axis: int | tuple[int, ...] = -1
+  kernel_init: Initializer = nn.initializers.lecun_normal()
+  dtype: DType = jnp.float32
+  param_dtype: DType = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
+    axis = (self.axis,) if isinstance(self.axis, int) else tuple(self.axis)
+    axis = _canonical_axes(axis, x.ndim)
+    kernel_shape = tuple(x.shape[a] for a in axis) + features
+    if len(self.kernel_axes) != len(kernel_shape):
+      raise ValueError(f'DenseGeneral: kernel_axes {self.kernel_axes} must name all {len(kernel_shape)} '
+                       f'kernel dimensions (shape {kernel_shape}).')
+    kernel = self.param('kernel', nn.with_logical_partitioning(self.kernel_init, self.kernel_axes),
+                        kernel_shape, self.param_dtype)
+    kernel = jnp.asarray(kernel, self.dtype)
+    x = jnp.asarray(x, self.dtype)
+    contract = (axis, tuple(range(len(axis))))
+    return jax.lax.dot_general(x, kernel, (contract, ((), ())))
+
+
+class Embed(nn.Module):
+  """Token embedding table [vocab, embed]; `attend` reuses it as the (tied) output projection."""
+  num_embeddings: int
+  features: int
+  embedding_init: Initializer = nn.initializers.normal(stddev=1.0)
+  dtype: DType = jnp.float32
+  param_dtype: DType = jnp.float32
+
+  def setup(self):
+    self.embedding = self.param(
+        'embedding', nn.with_logical_partitioning(self.embedding_init, ('vocab', 'embed')),
+        (self.num_embeddings, self.features), self.param_dtype)
+
+  def __call__(self, tokens: Array) -> Array:
+    """[b, l] int -> [b, l, embed]."""
+    if not jnp.issubdtype(tokens.dtype, jnp.integer):
+      raise ValueError(f'Embed expects integer token ids, got dtype {tokens.dtype}.')
+    return jnp.take(jnp.asarray(self.embedding, self.dtype), tokens, axis=0)
+
+  def attend(self, query: Array) -> Array:
+    """[b, l, embed] -> [b, l, vocab] logits against the embedding table."""
+    return jnp.einsum('...d,vd->...v', jnp.asarray(query, self.dtype),
+                      jnp.asarray(self.embedding, self.dtype))
+
+
+def relative_position_bucket(relative_position: np.ndarray, *, bidirectional: bool,
+                             num_buckets: int = 32, max_distance: int = 128) -> np.ndarray:
+  """Maps relative positions (key_pos - query_pos) to bucket ids in [0, num_buckets) (T5 ref. code).
+
+  Bidirectional: half the buckets for keys after the query, half for keys before. Within a direction,
+  half of the buckets are exact offsets, the rest log-spaced up to `max_distance`; all farther offsets
+  share the last bucket. Causal (`bidirectional=False`): positive offsets (the future) fall in bucket 0.
+
+  Computed on the host with numpy in float32, in the same operation order as mesh-tensorflow and
+  Hugging Face, so bucket boundaries agree exactly. Positions are static (lengths are known at trace time).
+  """
+  rp = np.asarray(relative_position, dtype=np.int64)
+  ret = np.zeros_like(rp)
+  n = num_buckets
+  if bidirectional:
+    n //= 2
+    ret += (rp > 0).astype(np.int64) * n
+    rp = np.abs(rp)
+  else:
+    rp = -np.minimum(rp, 0)
+  max_exact = n // 2
+  is_small = rp < max_exact
+  with np.errstate(divide='ignore'):
+    scaled = (np.log(rp.astype(np.float32) / np.float32(max_exact))
+              / np.float32(math.log(max_distance / max_exact)) * np.float32(n - max_exact))
+  # Cast only where used: log(0) = -inf on the small branch would overflow int conversion.
+  large = max_exact + np.where(is_small, 0, scaled).astype(np.int64)
+  large = np.minimum(large, n - 1)
+  return (ret + np.where(is_small, rp, large)).astype(np.int32)
+
+
+class RelativePositionBias(nn.Module):
+  """Learned scalar bias per (bucket, head), added to attention logits. One per stack (T5).
+
+  Parameter `rel_embedding`: [heads, relpos_buckets].
+  """
+  num_buckets: int
+  max_distance: int
+  num_heads: int
+  bidirectional: bool
+  embedding_init: Initializer = nn.initializers.normal(stddev=1.0)
+  dtype: DType = jnp.float32
+  param_dtype: DType = jnp.float32
+
+  @nn.compact
+  def __call__(self, query_length: int, key_length: int,
+               query_offset: Array | None = None) -> Array:
+    """Returns the bias [1, heads, query_length, key_length].
+
+    Query i sits at position `query_offset + i` (0 + i when None), key j at position j.
+    `query_offset` may be a traced scalar (incremental decoding); lengths must be static.
+    """
+    table = self.param(
+        'rel_embedding', nn.with_logical_partitioning(self.embedding_init, ('heads', 'relpos_buckets')),
+        (self.num_heads, self.num_buckets), self.param_dtype)
+    bucket = lambda rp: relative_position_bucket(
+        rp, bidirectional=self.bidirectional, num_buckets=self.num_buckets,
+        max_distance=self.max_distance)
+    if query_offset is None:
+      rp = np.arange(key_length)[None, :] - np.arange(query_length)[:, None]
+      buckets = jnp.asarray(bucket(rp))
+    else:
+      # Look up a static table over every offset the traced query position can produce.
+      lo = -(key_length + query_length)
+      lookup = jnp.asarray(bucket(np.arange(lo, key_length + 1)))
+      q_pos = query_offset + jnp.arange(query_length)
+      rp = jnp.arange(key_length)[None, :] - q_pos[:, None]
+      buckets = jnp.take(lookup, jnp.clip(rp - lo, 0, lookup.shape[0] - 1))
+    values = jnp.take(jnp.asarray(table, self.dtype), buckets, axis=1)  # [heads, q, k]
+    return values[None]
+
+
+def _dropout(x: Array, rate: float, enable_dropout: bool, name: str | None = None) -> Array:
+  return nn.Dropout(rate=rate, name=name)(x, deterministic=not enable_dropout)
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head dot-product attention without logit scaling and without biases.
+
+  Kernels: query/key/value [embed, heads, kv], out [heads, kv, embed]; heads * d_kv may differ from
+  embed. `bias` carries the relative position bias and the mask (0 / NEG_INF), already combined.
+
+  Incremental decoding (`decode=True`, flax `cache` collection):
+  - self-attention: the first call (cache absent) creates zero key/value caches sized by its inputs
+    and attends normally; later calls take one token [b, 1, embed], write its key/value at the cache
+    index and attend over the whole cache (the caller's `bias` masks the unwritten slots).
+  - cross-attention (`cross_cache=True`): keys/values of the encoder output are projected once, on the
+    first call, and reused.
+  """
+  num_heads: int
+  d_kv: int
+  dropout_rate: float = 0.0
+  q_init: Initializer = nn.initializers.normal(stddev=1.0)
+  kv_init: Initializer = nn.initializers.normal(stddev=1.0)
+  out_init: Initializer = nn.initializers.normal(stddev=1.0)
+  dtype: DType = jnp.float32
+  param_dtype: DType = jnp.float32
+
+  def _proj(self, name: str, init: Initializer) -> DenseGeneral:
+    return DenseGeneral(features=(self.num_heads, self.d_kv), kernel_axes=('embed', 'heads', 'kv'),
+                        kernel_init=init, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+
+  @nn.compact
+  def __call__(self, inputs_q: Array, inputs_kv: Array, bias: Array | None, *,
+               enable_dropout: bool = True, decode: bool = False, cross_cache: bool = False) -> Array:
+    """inputs_q [b, q, embed], inputs_kv [b, k, embed], bias broadcastable to [b, heads, q, k].
+
+    Returns [b, q, embed].
+    """
+    qkv_axes = ('batch', 'length', 'heads', 'kv')
+    query = nn.with_logical_constraint(self._proj('query', self.q_init)(inputs_q), qkv_axes)
+
+    if decode and cross_cache:
+      ready = self.has_variable('cache', 'cached_key')
+      if ready:
+        key = self.get_variable('cache', 'cached_key')
+        value = self.get_variable('cache', 'cached_value')
+      else:
+        key = self._proj('key', self.kv_init)(inputs_kv)
+        value = self._proj('value', self.kv_init)(inputs_kv)
+        self.put_variable('cache', 'cached_key', key)
+        self.put_variable('cache', 'cached_value', value)
+    else:
+      key = self._proj('key', self.kv_init)(inputs_kv)
+      value = self._proj('value', self.kv_init)(inputs_kv)
+      if decode:
+        key, value = self._update_self_cache(key, value)
+    key = nn.with_logical_constraint(key, qkv_axes)
+    value = nn.with_logical_constraint(value, qkv_axes)
+
+    logits = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
+    if bias is not None:
+      logits = logits + jnp.asarray(bias, jnp.float32)
+    weights = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
+    weights = _dropout(weights, self.dropout_rate, enable_dropout)
+    out = jnp.einsum('bhqk,bkhd->bqhd', weights, value)
+    out = nn.with_logical_constraint(out, qkv_axes)
+    out = DenseGeneral(features=inputs_q.shape[-1], axis=(-2, -1), kernel_axes=('heads', 'kv', 'embed'),
+                       kernel_init=self.out_init, dtype=self.dtype, param_dtype=self.param_dtype,
+                       name='out')(out)
+    return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
+
+  def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array]:
+    """Creates the cache on the first call; afterwards writes one step and returns the full cache."""
+    ready = self.has_variable('cache', 'cached_key')
+    cached_key = self.variable('cache', 'cached_key', jnp.zeros, key.shape, key.dtype)
+    cached_value = self.variable('cache', 'cached_value', jnp.zeros, value.shape, value.dtype)
+    index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
+    if not ready:
+      return key, value
+    if key.shape[1] != 1:
+      raise ValueError(f'Incremental decoding takes one token per call, got length {key.shape[1]}.')
+    start = (0, index.value, 0, 0)
+    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key.astype(cached_key.value.dtype),
+                                                    start)
+    cached_value.value = jax.lax.dynamic_update_slice(
+        cached_value.value, value.astype(cached_value.value.dtype), start)
+    index.value = index.value + 1
+    return cached_key.value, cached_value.value
+
+
+class MlpBlock(nn.Module):
+  """Position-wise feed-forward: wo(dropout(act(wi x))) or, gated, wo(dropout(act(wi_0 x) * wi_1 x)).
+
+  `activations=('relu',)` is T5 v1.0; `('gelu', 'linear')` is T5 v1.1's gated-GELU (tanh approximation,
+  as in the reference code and Hugging Face's `gelu_new`). [b, l, embed] -> [b, l, embed].
+  """
+  d_ff: int
+  activations: tuple[str, ...] = ('relu',)
+  dropout_rate: float = 0.0
+  wi_init: Initializer = nn.initializers.normal(stddev=1.0)
+  wo_init: Initializer = nn.initializers.normal(stddev=1.0)
+  dtype: DType = jnp.float32
+  param_dtype: DType = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, *, enable_dropout: bool = True) -> Array:
+    acts = {'relu': jax.nn.relu, 'gelu': lambda h: jax.nn.gelu(h, approximate=True),
+            'linear': lambda h: h}
+    h = None
+    for i, act in enumerate(self.activations):
+      if act not in acts:
+        raise ValueError(f'MlpBlock: unknown activation {act!r}; expected one of {sorted(acts)}.')
+      name = 'wi' if len(self.activations) == 1 else f'wi_{i}'
+      y = DenseGeneral(self.d_ff, kernel_axes=('embed', 'mlp'), kernel_init=self.wi_init,
+                       dtype=self.dtype, param_dtype=self.param_dtype, name=name)(x)
+      y = acts[act](y)
+      h = y if h is None else h * y
+    h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
+    h = _dropout(h, self.dropout_rate, enable_dropout)
+    out = DenseGeneral(x.shape[-1], kernel_axes=('mlp', 'embed'), kernel_init=self.wo_init,
+                       dtype=self.dtype, param_dtype=self.param_dtype, name='wo')(h)
+    return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
+
+
+def make_attention_mask(query_valid: Array, key_valid: Array, query_segment_ids: Array | None = None,
+                        key_segment_ids: Array | None = None, causal: bool = False) -> Array:
+  """Boolean attention mask [b, 1, q, k]: True where query i may attend to key j.
+
+  query_valid [b, q] / key_valid [b, k] mark real (non-padding) positions. With segment ids (packed
+  examples) a query only sees keys of its own segment. `causal` adds j <= i (same-length self-attention).
+  """
+  mask = query_valid[:, :, None] & key_valid[:, None, :]
+  if query_segment_ids is not None and key_segment_ids is not None:
+    mask &= query_segment_ids[:, :, None] == key_segment_ids[:, None, :]
+  if causal:
+    q, k = query_valid.shape[1], key_valid.shape[1]
+    mask &= jnp.asarray(np.tril(np.ones((q, k), dtype=bool)))[None]
+  return mask[:, None]
+
+
+def mask_to_bias(mask: Array) -> Array:
+  """Boolean mask -> additive float32 bias (0 where allowed, NEG_INF where masked)."""
+  return jnp.where(mask, 0.0, NEG_INF).astype(jnp.float32)

@@ -1,0 +1,169 @@
+"""Tests for t2t.models.layers: buckets, norm, dense, embedding, attention, masks, MLP."""
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t.models import layers
+
+
+def _boxed_names(variables):
+  """{path: axis names} for every LogicallyPartitioned leaf."""
+  leaves = jax.tree_util.tree_flatten_with_path(
+      variables, is_leaf=lambda x: isinstance(x, flax.core.meta.AxisMetadata))[0]
+  return {jax.tree_util.keystr(p): getattr(v, 'names', None) for p, v in leaves}
+
+
+@pytest.mark.parametrize('offset,bucket', [
+    (0, 0), (-1, 1), (-7, 7), (1, 17), (7, 23),       # exact buckets, 8 per direction
+    (-8, 8), (-12, 9), (-20, 10), (-50, 13), (-100, 15),  # log-spaced: 8 + int(log(|d|/8)/log(16)*8)
+    (-128, 15), (-1000, 15), (1000, 31), (20, 26),    # everything at/after max_distance shares a bucket
+])
+def test_bidirectional_buckets(offset, bucket):
+  got = layers.relative_position_bucket(np.array([offset]), bidirectional=True)
+  assert int(got[0]) == bucket
+
+
+@pytest.mark.parametrize('offset,bucket', [
+    (5, 0), (0, 0), (-5, 5), (-15, 15),                # future -> 0; 16 exact buckets
+    (-16, 16), (-20, 17), (-40, 23), (-127, 31), (-500, 31),  # 16 + int(log(|d|/16)/log(8)*16)
+])
+def test_causal_buckets(offset, bucket):
+  got = layers.relative_position_bucket(np.array([offset]), bidirectional=False)
+  assert int(got[0]) == bucket
+
+
+def test_buckets_cover_range_monotonically():
+  rp = np.arange(-300, 1)
+  b = layers.relative_position_bucket(rp, bidirectional=False)
+  assert b.min() == 0 and b.max() == 31
+  assert np.all(np.diff(b[::-1]) >= 0)  # farther back -> same or larger bucket
+  assert len(np.unique(b)) == 32
+
+
+def test_rms_norm_matches_formula_and_has_no_mean_or_bias():
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 8)) + 3.0
+  norm = layers.RMSNorm(epsilon=1e-6)
+  variables = norm.init(jax.random.PRNGKey(1), x)
+  assert list(nn.unbox(variables)['params']) == ['scale']
+  assert _boxed_names(variables) == {"['params']['scale']": ('embed',)}
+  params = {'scale': jnp.arange(8.0)}
+  y = norm.apply({'params': params}, x)
+  expected = x / np.sqrt(np.mean(np.square(x), -1, keepdims=True) + 1e-6) * np.arange(8.0)
+  np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_dense_general_shapes_axes_and_values():
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 6))
+  proj = layers.DenseGeneral(features=(3, 4), kernel_axes=('embed', 'heads', 'kv'))
+  variables = proj.init(jax.random.PRNGKey(1), x)
+  assert _boxed_names(variables) == {"['params']['kernel']": ('embed', 'heads', 'kv')}
+  kernel = nn.unbox(variables)['params']['kernel']
+  y = proj.apply(variables, x)
+  assert y.shape == (2, 5, 3, 4)
+  np.testing.assert_allclose(y, np.einsum('bld,dhk->blhk', x, kernel), rtol=1e-5, atol=1e-5)
+  back = layers.DenseGeneral(features=6, axis=(-2, -1), kernel_axes=('heads', 'kv', 'embed'))
+  out = back.apply(back.init(jax.random.PRNGKey(2), y), y)
+  assert out.shape == (2, 5, 6)
+  with pytest.raises(ValueError, match='kernel_axes'):
+    layers.DenseGeneral(features=4, kernel_axes=('embed',)).init(jax.random.PRNGKey(0), x)
+
+
+def test_embed_lookup_and_attend():
+  emb = layers.Embed(num_embeddings=10, features=4)
+  tokens = jnp.array([[1, 2, 9]])
+  variables = emb.init(jax.random.PRNGKey(0), tokens)
+  assert _boxed_names(variables) == {"['params']['embedding']": ('vocab', 'embed')}
+  table = nn.unbox(variables)['params']['embedding']
+  np.testing.assert_array_equal(emb.apply(variables, tokens), table[tokens])
+  q = jnp.ones((1, 2, 4))
+  logits = emb.apply(variables, q, method=layers.Embed.attend)
+  np.testing.assert_allclose(logits, q @ table.T, rtol=1e-6)
+  with pytest.raises(ValueError, match='integer'):
+    emb.apply(variables, jnp.ones((1, 2)))
+
+
+def test_relative_position_bias_lookup_and_query_offset():
+  rpb = layers.RelativePositionBias(num_buckets=32, max_distance=128, num_heads=2, bidirectional=False)
+  variables = rpb.init(jax.random.PRNGKey(0), 4, 6)
+  assert _boxed_names(variables) == {"['params']['rel_embedding']": ('heads', 'relpos_buckets')}
+  table = nn.unbox(variables)['params']['rel_embedding']
+  bias = rpb.apply(variables, 4, 6)
+  assert bias.shape == (1, 2, 4, 6)
+  # query 3, key 1: offset -2 -> bucket 2 (causal); query 0, key 5: future -> bucket 0
+  np.testing.assert_allclose(bias[0, :, 3, 1], table[:, 2])
+  np.testing.assert_allclose(bias[0, :, 0, 5], table[:, 0])
+  # A single query at a traced offset equals the matching row of the full bias.
+  full = rpb.apply(variables, 6, 6)
+  step = jax.jit(lambda i: rpb.apply(variables, 1, 6, query_offset=i))
+  for i in range(6):
+    np.testing.assert_allclose(step(jnp.int32(i))[0, :, 0], full[0, :, i])
+
+
+def test_make_attention_mask_padding_segments_causal():
+  valid = jnp.array([[True, True, True, False]])
+  seg = jnp.array([[1, 1, 2, 0]])
+  mask = layers.make_attention_mask(valid, valid, seg, seg, causal=True)[0, 0]
+  expected = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0]], bool)
+  np.testing.assert_array_equal(mask, expected)
+  bias = layers.mask_to_bias(mask)
+  assert bias.dtype == jnp.float32 and float(bias[0, 1]) == layers.NEG_INF and float(bias[0, 0]) == 0
+
+
+def test_attention_logits_are_not_scaled():
+  """With identity-like projections, weights equal softmax(q.k) with no 1/sqrt(d_kv) factor."""
+  d, h, dk = 4, 1, 4
+  attn = layers.MultiHeadAttention(num_heads=h, d_kv=dk)
+  x = jax.random.normal(jax.random.PRNGKey(0), (1, 3, d))
+  variables = nn.unbox(attn.init(jax.random.PRNGKey(1), x, x, None, enable_dropout=False))
+  eye = jnp.eye(d).reshape(d, h, dk)
+  params = {'query': {'kernel': eye}, 'key': {'kernel': eye}, 'value': {'kernel': eye},
+            'out': {'kernel': jnp.eye(d).reshape(h, dk, d)}}
+  del variables
+  out = attn.apply({'params': params}, x, x, None, enable_dropout=False)
+  w = jax.nn.softmax(np.einsum('qd,kd->qk', x[0], x[0]), axis=-1)
+  np.testing.assert_allclose(out[0], w @ x[0], rtol=1e-5, atol=1e-6)
+
+
+def test_attention_mask_blocks_keys():
+  attn = layers.MultiHeadAttention(num_heads=2, d_kv=3)
+  x = jax.random.normal(jax.random.PRNGKey(0), (1, 4, 5))
+  variables = nn.unbox(attn.init(jax.random.PRNGKey(1), x, x, None, enable_dropout=False))
+  key_valid = jnp.array([[True, True, False, False]])
+  bias = layers.mask_to_bias(layers.make_attention_mask(jnp.ones((1, 4), bool), key_valid))
+  out = attn.apply(variables, x, x, bias, enable_dropout=False)
+  x2 = x.at[:, 2:].set(100.0)  # masked keys may hold anything
+  out2 = attn.apply(variables, x, x2, bias, enable_dropout=False)
+  np.testing.assert_allclose(out, out2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('activations,names', [(('relu',), ['wi', 'wo']),
+                                               (('gelu', 'linear'), ['wi_0', 'wi_1', 'wo'])])
+def test_mlp_block(activations, names):
+  mlp = layers.MlpBlock(d_ff=8, activations=activations)
+  x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 4))
+  variables = mlp.init(jax.random.PRNGKey(1), x, enable_dropout=False)
+  p = nn.unbox(variables)['params']
+  assert sorted(p) == names
+  assert _boxed_names(variables)["['params']['wo']['kernel']"] == ('mlp', 'embed')
+  y = mlp.apply(variables, x, enable_dropout=False)
+  if activations == ('relu',):
+    expected = np.maximum(x @ p['wi']['kernel'], 0) @ p['wo']['kernel']
+  else:
+    h0 = x @ p['wi_0']['kernel']
+    gelu_tanh = 0.5 * h0 * (1 + np.tanh(np.sqrt(2 / np.pi) * (h0 + 0.044715 * h0 ** 3)))
+    expected = (gelu_tanh * (x @ p['wi_1']['kernel'])) @ p['wo']['kernel']
+  np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+  with pytest.raises(ValueError, match='unknown activation'):
+    layers.MlpBlock(d_ff=8, activations=('swish',)).init(jax.random.PRNGKey(0), x)
+
+
+def test_mlp_dropout_needs_rng_and_changes_output():
+  mlp = layers.MlpBlock(d_ff=64, dropout_rate=0.5)
+  x = jnp.ones((1, 2, 4))
+  variables = mlp.init(jax.random.PRNGKey(1), x, enable_dropout=False)
+  a = mlp.apply(variables, x, enable_dropout=True, rngs={'dropout': jax.random.PRNGKey(0)})
+  b = mlp.apply(variables, x, enable_dropout=False)
+  assert not np.allclose(a, b)

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from absl import app, flags
+from absl import app, flags, logging
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -33,6 +33,8 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
   argv = config.rewrite_gin_args(sys.argv)
 
   def guarded(args):
+    if not any(a.startswith(("--verbosity", "-v")) for a in argv):
+      logging.set_verbosity(logging.WARNING)  # library chatter off; progress is printed
     try:
       main(args)
     except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, ImportError) as e:

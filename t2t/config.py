@@ -10,6 +10,7 @@ Gin files are found, in order, in the checkout's `gin/` directory, in the copy t
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import sys
@@ -30,6 +31,17 @@ DEFAULT_GIN_IMPORTS = (
 
 _INCLUDE = re.compile(r"""^\s*include\s+['"]([^'"]+)['"]""", re.MULTILINE)
 _REQUIRED = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*%gin\.REQUIRED\b", re.MULTILINE)
+
+
+class _HideGinSearchMisses(logging.Filter):
+  """gin logs an ERROR for every search-path directory that lacks an included file; t2t
+  searches several on purpose and reports a file that is nowhere itself."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Path not found:")
+
+
+logging.getLogger().addFilter(_HideGinSearchMisses())
 
 
 class GinConfigError(ValueError):

@@ -23,10 +23,9 @@ from typing import Any, Mapping, Sequence
 import gin
 import numpy as np
 import seqio
-from absl import logging
 
 from t2t.data.registry import get_mixture_or_task
-from t2t.training import inputs
+from t2t.training import inputs, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
 
@@ -55,10 +54,10 @@ def evaluate(*,
   if not evaluator.eval_tasks:
     raise ValueError(f"'{mixture_or_task_name}' has no task with metrics and a '{split}' split "
                      "to evaluate.")
-  shapes = {k: (batch_size, *v[1:]) for k, v in evaluator.model_feature_shapes.items()}
+  shapes = {k: (batch_size, *v) for k, v in evaluator.model_feature_shapes.items()}
   predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner, batch_size)
-  logging.info("Evaluating %s (step %d) on %s.", checkpoint_path, predictor.step,
-               mixture_or_task_name)
+  reporting.announce(f"Evaluating {checkpoint_path} (step {predictor.step}) on "
+                     f"{mixture_or_task_name}.")
   future, outputs = evaluator.evaluate(compute_metrics=True, step=predictor.step,
                                        predict_fn=predictor.seqio_predict_fn,
                                        score_fn=predictor.seqio_score_fn)

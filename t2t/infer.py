@@ -24,10 +24,9 @@ import gin
 import numpy as np
 import seqio
 import tensorflow as tf
-from absl import logging
 
 from t2t.data.registry import get_mixture_or_task
-from t2t.training import inputs
+from t2t.training import inputs, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
 
@@ -77,8 +76,8 @@ def infer(*,
   features = converter(task_ds, lengths).as_numpy_iterator()
   shapes = {k: (batch_size, v) for k, v in converter.get_model_feature_lengths(lengths).items()}
   predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner, batch_size)
-  logging.info("Decoding %d inputs with %s (step %d).", len(records), checkpoint_path,
-               predictor.step)
+  reporting.announce(f"Decoding {len(records)} inputs with {checkpoint_path} "
+                     f"(step {predictor.step}).")
   tokens = predictor.predict(features)
 
   os.makedirs(output_dir, exist_ok=True)

@@ -23,7 +23,6 @@ from typing import Any, Mapping, Sequence
 import gin
 import jax
 import optax
-from absl import logging
 
 from t2t import config
 from t2t.training import checkpoints, inputs, reporting, trainer as trainer_lib
@@ -71,11 +70,12 @@ def train(*,
                             partitioner.replicated),
         params=params, opt_state=opt_state)
     batches_consumed = int(meta.get("batches_consumed", latest))
-    logging.info("Resuming from %s at step %d.", model_dir, latest)
+    reporting.announce(f"Resuming from {model_dir} at step {latest}.")
   elif initial_checkpoint_path:
     params, from_step = checkpoints.load_params(initial_checkpoint_path, tr.params_abstract,
                                                 tr.params_shardings)
-    logging.info("Initialised parameters from %s (step %d).", initial_checkpoint_path, from_step)
+    reporting.announce(
+        f"Initialised parameters from {initial_checkpoint_path} (step {from_step}).")
     state, batches_consumed = tr.init_state(params), 0
   else:
     state, batches_consumed = tr.init_state(), 0
@@ -103,8 +103,8 @@ def train(*,
     if start < train_steps:
       state = trainer_lib.run_loop(tr, state, batches, train_steps, all_hooks, log_every)
     else:
-      logging.info("MODEL_DIR already holds step %d >= TRAIN_STEPS=%d; nothing to train.",
-                   start, train_steps)
+      reporting.announce(
+          f"MODEL_DIR already holds step {start} >= TRAIN_STEPS={train_steps}; nothing to train.")
   finally:
     progress.close()
     writer.close()

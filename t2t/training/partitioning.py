@@ -7,7 +7,8 @@ everything downstream (initialisation, the train step, checkpoint restore) asks 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import contextlib
+from typing import Any, Iterator, Mapping, Sequence
 
 import flax.linen as nn
 import gin
@@ -75,6 +76,15 @@ class Partitioner:
     """
     specs = nn.get_partition_spec(boxed_tree)
     return nn.logical_to_mesh_sharding(specs, self.mesh, self.logical_axis_rules)
+
+  @contextlib.contextmanager
+  def activation_context(self) -> Iterator[None]:
+    """Mesh and rules in scope, so the models' `nn.with_logical_constraint` calls take effect.
+
+    Jitted functions must be traced (first called) inside it.
+    """
+    with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.logical_axis_rules):
+      yield
 
   def shard_batch(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
     """Places a host-local numpy batch on the mesh, split along the batch axis."""

@@ -35,9 +35,10 @@ class Predictor:
     """Loads parameters from a model directory (latest step) or a checkpoint_<N> directory."""
     partitioner = partitioner or Partitioner()
     partitioner.check_batch_size(batch_size)
-    boxed = jax.eval_shape(
-        lambda rng: model.get_initial_variables(rng, dict(input_shapes))["params"],
-        jax.random.PRNGKey(0))
+    with partitioner.activation_context():
+      boxed = jax.eval_shape(
+          lambda rng: model.get_initial_variables(rng, dict(input_shapes))["params"],
+          jax.random.PRNGKey(0))
     params, step = checkpoints.load_params(checkpoint_path, nn.unbox(boxed),
                                            partitioner.shardings_for(boxed))
     predictor = cls(model, params, partitioner, batch_size, max_decode_length)
@@ -61,7 +62,8 @@ class Predictor:
     """Decoded token ids per example, in order."""
     out: list[np.ndarray] = []
     for n, batch in self._batches(features):
-      tokens = jax.device_get(self._predict(self.params, self.partitioner.shard_batch(batch)))
+      with self.partitioner.activation_context():
+        tokens = jax.device_get(self._predict(self.params, self.partitioner.shard_batch(batch)))
       out.extend(np.asarray(tokens[:n]))
     return out
 
@@ -69,7 +71,8 @@ class Predictor:
     """Log-likelihood of each example's targets, in order."""
     out: list[float] = []
     for n, batch in self._batches(features):
-      scores = jax.device_get(self._score(self.params, self.partitioner.shard_batch(batch)))
+      with self.partitioner.activation_context():
+        scores = jax.device_get(self._score(self.params, self.partitioner.shard_batch(batch)))
       out.extend(float(s) for s in np.asarray(scores[:n]))
     return out
 

@@ -87,3 +87,9 @@ def _format_seconds(seconds: float) -> str:
     return "?"
   seconds = int(seconds)
   return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def announce(message: str) -> None:
+  """A line the user should see whatever the log verbosity (resume, initialisation, eval)."""
+  print(message, file=sys.stderr, flush=True)
+  logging.info(message)

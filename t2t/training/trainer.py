@@ -65,7 +65,8 @@ class Trainer:
       return model.get_initial_variables(rng, dict(input_shapes))["params"]
 
     self._init_params = init
-    boxed = jax.eval_shape(init, self._init_rng)
+    with partitioner.activation_context():
+      boxed = jax.eval_shape(init, self._init_rng)
     self.params_shardings = partitioner.shardings_for(boxed)
     self.params_abstract = nn.unbox(boxed)
     opt_abstract = jax.eval_shape(optimizer.init, self.params_abstract)
@@ -98,7 +99,8 @@ class Trainer:
   def init_params(self) -> Any:
     """Freshly initialised parameters, created directly in their shards."""
     fn = jax.jit(lambda rng: nn.unbox(self._init_params(rng)), out_shardings=self.params_shardings)
-    return fn(self._init_rng)
+    with self.partitioner.activation_context():
+      return fn(self._init_rng)
 
   def init_state(self, params: Any | None = None, step: int = 0) -> TrainState:
     """A train state around `params` (fresh if None) with a fresh optimizer state."""
@@ -110,14 +112,16 @@ class Trainer:
 
   def step(self, state: TrainState, batch: Mapping[str, np.ndarray]
            ) -> tuple[TrainState, dict[str, jax.Array]]:
-    return self._train_step(state, self.partitioner.shard_batch(batch), self.dropout_rng)
+    with self.partitioner.activation_context():
+      return self._train_step(state, self.partitioner.shard_batch(batch), self.dropout_rng)
 
   def evaluate_loss(self, params: Any, batches: Iterator[Mapping[str, np.ndarray]],
                     num_batches: int) -> dict[str, float]:
     """Token-weighted mean loss and accuracy over `num_batches` batches."""
     totals: dict[str, float] = {"loss": 0.0, "accuracy": 0.0, "num_tokens": 0.0}
     for _, batch in zip(range(num_batches), batches):
-      m = jax.device_get(self._eval_step(params, self.partitioner.shard_batch(batch)))
+      with self.partitioner.activation_context():
+        m = jax.device_get(self._eval_step(params, self.partitioner.shard_batch(batch)))
       n = float(m["num_tokens"])
       totals["loss"] += float(m["loss"]) * n
       totals["accuracy"] += float(m["accuracy"]) * n

@@ -19,7 +19,7 @@ class _Mlp(nn.Module):
   def __call__(self, x):
     w = self.param("wi", nn.with_logical_partitioning(nn.initializers.ones, ("embed", "mlp")),
                    (x.shape[-1], 16))
-    return x @ w
+    return nn.with_logical_constraint(x @ w, ("batch", "mlp"))
 
 
 def test_single_device_mesh_and_batch_placement():
@@ -59,8 +59,10 @@ def test_eight_devices_split_data_and_model_axes():
       assert wi.addressable_shards[0].data.shape == (8, 8)  # mlp split over model=2
       batch = p.shard_batch({"x": np.ones((8, 8), np.float32)})
       assert batch["x"].addressable_shards[0].data.shape == (2, 8)  # batch split over data=4
-      y = jax.jit(lambda prm, b: _Mlp().apply(prm, b["x"]))(params, batch)
+      with p.activation_context():  # the activation constraint is honoured only inside it
+        y = jax.jit(lambda prm, b: _Mlp().apply(prm, b["x"]))(params, batch)
       np.testing.assert_allclose(np.asarray(y), 8.0)
+      assert y.sharding.spec == jax.sharding.PartitionSpec("data", "model"), y.sharding
       print("OK")
   """)
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",

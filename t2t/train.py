@@ -109,6 +109,8 @@ def train(*,
     progress.close()
     writer.close()
     ckpt.close()
+    # Again at the end: gin adds `train`'s own bindings once the call has been made.
+    config.write_operative_config(model_dir)
   return state
 
 

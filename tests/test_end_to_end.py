@@ -46,7 +46,8 @@ def pretrained(tmp_path_factory):
 def test_pretrain_writes_and_resumes(pretrained):
   assert steps_in(pretrained) == [2, 4]
   operative = open(os.path.join(pretrained, "config.gin")).read()
-  assert "bbc_span_corruption" in operative and "train.train_steps = 4" in operative
+  assert "MIXTURE_OR_TASK_NAME = 'bbc_span_corruption'" in operative
+  assert "TRAIN_STEPS = 4" in operative and "train.train_steps = %TRAIN_STEPS" in operative
   records = [json.loads(l) for l in open(os.path.join(pretrained, "metrics.jsonl"))]
   assert [r["step"] for r in records] == [2, 4]
   assert all(r["loss"] > 0 and r["tokens_per_sec"] > 0 for r in records)

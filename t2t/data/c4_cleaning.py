@@ -104,7 +104,8 @@ def langdetect_english_probability(text: str) -> float:
         import langdetect  # pylint: disable=import-outside-toplevel
     except ImportError as err:
         raise ImportError(
-            "C4 language filtering needs the optional package 'langdetect' (pip install langdetect), "
+            "C4 language filtering needs the optional package 'langdetect' "
+            "(pip install langdetect, or the extra: pip install 't2t[c4]'), "
             "or pass language_probability=<fn> / min_language_probability=None.") from err
     langdetect.DetectorFactory.seed = 0  # langdetect is randomised; fix it for repeatability
     try:

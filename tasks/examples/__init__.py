@@ -1,0 +1,1 @@
+"""Worked examples of registering your own tasks; import a module here to register its task."""

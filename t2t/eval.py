@@ -24,7 +24,7 @@ import gin
 import numpy as np
 import seqio
 
-from t2t.data.registry import get_mixture_or_task
+from t2t.data import registry
 from t2t.training import inputs, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
@@ -46,7 +46,7 @@ def evaluate(*,
   `task_feature_lengths=None` measures the longest example of each task (nothing truncated).
   """
   inputs.limit_tf_threads()
-  get_mixture_or_task(mixture_or_task_name)
+  registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), split)
   evaluator = seqio.Evaluator(
       mixture_or_task_name, model.feature_converter_cls(pack=False), eval_split=split,
       sequence_length=dict(task_feature_lengths) if task_feature_lengths else None,

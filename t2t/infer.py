@@ -25,7 +25,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from t2t.data.registry import get_mixture_or_task
+from t2t.data import registry
 from t2t.training import inputs, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
@@ -66,7 +66,8 @@ def infer(*,
     name = os.path.splitext(os.path.basename(input_file))[0]
     vocab = model.output_vocabulary
   else:
-    task = get_mixture_or_task(mixture_or_task_name)
+    task = registry.get_mixture_or_task(mixture_or_task_name)
+    registry.check_split_readable(task, split)
     task_ds = task.get_dataset(lengths, split=split, shuffle=False, num_epochs=1)
     if num_examples is not None:
       task_ds = task_ds.take(num_examples)

@@ -25,6 +25,7 @@ import jax
 import optax
 
 from t2t import config
+from t2t.data import registry
 from t2t.training import checkpoints, inputs, reporting, trainer as trainer_lib
 from t2t.training.partitioning import Partitioner
 
@@ -52,6 +53,7 @@ def train(*,
   `config.gin`, TensorBoard events under `train/`, and `metrics.jsonl`.
   """
   inputs.limit_tf_threads()
+  registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), "train")
   partitioner = partitioner or Partitioner()
   partitioner.check_batch_size(batch_size)
   converter = model.feature_converter_cls(pack=use_packing)

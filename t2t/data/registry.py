@@ -32,3 +32,19 @@ def get_mixture_or_task(name: str) -> TaskOrMixture:
       f"Unknown task or mixture {name!r}.{hint} ({len(names)} registered; import the module that "
       "registers yours with an 'import my_tasks' line in a gin file)"
   )
+
+
+def check_split_readable(obj: seqio.Task | seqio.Mixture, split: str) -> None:
+  """Raises a clear ValueError for a missing split or unprepared data (before anything downloads)."""
+  if split not in obj.splits:
+    raise ValueError(f"{obj.name!r} has no split {split!r}; its splits are {list(obj.splits)}.")
+  for task in (list(obj.tasks) if isinstance(obj, seqio.Mixture) else [obj]):
+    if split not in task.splits:
+      continue  # a mixture skips a task without the split
+    try:
+      task.num_input_examples(split)
+    except (KeyError, ValueError, FileNotFoundError) as err:
+      raise ValueError(
+          f"task {task.name!r} cannot read split {split!r}: {err} t2t downloads nothing: prepare "
+          "the data first (for a TFDS task: `tfds build <dataset>`, or point TFDS_DATA_DIR at a "
+          "prepared copy).") from err

@@ -13,7 +13,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from t2t.data.registry import get_mixture_or_task
+from t2t.data import registry
 
 
 def limit_tf_threads(num_threads: int = 1) -> None:
@@ -34,7 +34,8 @@ def train_batches(mixture_or_task_name: str, task_feature_lengths: Mapping[str, 
                   split: str = "train", skip_batches: int = 0,
                   shuffle: bool = True) -> Iterator[dict[str, np.ndarray]]:
   """An endless iterator of this host's share of each global batch, as numpy arrays."""
-  get_mixture_or_task(mixture_or_task_name)  # a clear error for an unknown name
+  # Clear errors for an unknown name, a missing split, or data that would have to be downloaded.
+  registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), split)
   num_hosts = jax.process_count()
   ds = seqio.get_dataset(
       mixture_or_task_name,

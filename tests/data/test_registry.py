@@ -32,3 +32,17 @@ def test_unrelated_name_and_bad_type():
     registry.get_mixture_or_task("zzzz")
   with pytest.raises(ValueError, match="non-empty string"):
     registry.get_mixture_or_task("")
+
+
+def test_unprepared_tfds_data_is_an_error_not_a_download(tmp_path, monkeypatch):
+  import tasks  # noqa: F401  registers glue_cola (TFDS-backed)
+  monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
+  with pytest.raises(ValueError, match="downloads nothing"):
+    registry.check_split_readable(registry.get_mixture_or_task("glue_cola"), "train")
+  assert not any(tmp_path.iterdir())  # nothing fetched or prepared
+
+
+def test_missing_split_is_named():
+  import tasks  # noqa: F401
+  with pytest.raises(ValueError, match="has no split 'dev'"):
+    registry.check_split_readable(registry.get_mixture_or_task("bbc_topic"), "dev")

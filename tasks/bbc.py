@@ -2,6 +2,8 @@
 
 - `bbc_span_corruption`: T5 pre-training on the article text (`text` -> `targets`, then t2t's
   `span_corruption`); no metrics.
+- `bbc_pretraining`: the same text under whichever objective gin names
+  (`pretraining_objective.name = 'prefix_lm'`, default span corruption).
 - `bbc_topic`: "bbc topic: <article>" -> the category folder name (`business`, `entertainment`,
   `politics`, `sports`, `tech`); accuracy and macro-F1 over the five labels. An output that is
   not one of them simply matches no target, so it counts as wrong.
@@ -17,7 +19,7 @@ import functools
 import seqio
 import tensorflow as tf
 
-from t2t.data import metrics, objectives, postprocessors, sources, vocabularies
+from t2t.data import metrics, objectives, postprocessors, registry, sources, vocabularies
 
 BBC_TOPIC_PREFIX = "bbc topic:"
 BBC_LABELS = sources.BBC_CATEGORIES
@@ -58,7 +60,7 @@ def _register(task: seqio.Task) -> None:
 
 
 def register_bbc_tasks() -> None:
-  """Registers `bbc_span_corruption` and `bbc_topic` with seqio (idempotent)."""
+  """Registers `bbc_span_corruption`, `bbc_pretraining` and `bbc_topic` (idempotent)."""
   features = _output_features()
   source = sources.bbc_source()
   _register(seqio.Task(
@@ -68,6 +70,18 @@ def register_bbc_tasks() -> None:
           functools.partial(seqio.preprocessors.rekey, key_map={"targets": "text"}),
           seqio.preprocessors.tokenize,
           objectives.span_corruption,
+          seqio.preprocessors.append_eos_after_trim,
+      ],
+      output_features=features,
+      metric_fns=[],
+  ))
+  _register(seqio.Task(
+      "bbc_pretraining",  # the objective is a gin choice: pretraining_objective.name = '...'
+      source=source,
+      preprocessors=[
+          functools.partial(seqio.preprocessors.rekey, key_map={"targets": "text"}),
+          seqio.preprocessors.tokenize,
+          registry.pretraining_objective,
           seqio.preprocessors.append_eos_after_trim,
       ],
       output_features=features,

@@ -16,14 +16,11 @@ import functools
 
 import seqio
 
-from t2t.data import objectives
+from t2t.data import objectives, registry
 from tasks import common
 
 C4_TFDS_NAME = "c4/en:3.1.0"
-OBJECTIVE_NAMES: tuple[str, ...] = (
-    "span_corruption", "iid_noise_replace_spans", "iid_noise_drop_tokens", "bert_style",
-    "mass_style", "deshuffling", "prefix_lm", "full_lm",
-)
+OBJECTIVE_NAMES: tuple[str, ...] = registry.OBJECTIVE_NAMES
 # T5's unsupervised task in multi-task mixtures.
 C4_DEFAULT_TASK = "c4_span_corruption"
 

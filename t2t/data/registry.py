@@ -1,9 +1,10 @@
-"""Looking up seqio tasks and mixtures by name, with a helpful error for a mistyped name."""
+"""Looking up seqio tasks, mixtures and objectives by name, with a helpful error for a mistyped name."""
 from __future__ import annotations
 
 import difflib
 from typing import Union
 
+import gin
 import seqio
 
 TaskOrMixture = Union[seqio.Task, seqio.Mixture]
@@ -48,3 +49,33 @@ def check_split_readable(obj: seqio.Task | seqio.Mixture, split: str) -> None:
           f"task {task.name!r} cannot read split {split!r}: {err} t2t downloads nothing: prepare "
           "the data first (for a TFDS task: `tfds build <dataset>`, or point TFDS_DATA_DIR at a "
           "prepared copy).") from err
+
+
+# The unsupervised objectives of T5 Table 3, by the names t2t.data.objectives gives them.
+OBJECTIVE_NAMES: tuple[str, ...] = (
+    "span_corruption", "iid_noise_replace_spans", "iid_noise_drop_tokens", "bert_style",
+    "mass_style", "deshuffling", "prefix_lm", "full_lm",
+)
+
+
+def get_objective(name: str):
+  """The seqio preprocessor of the objective called `name` (one of OBJECTIVE_NAMES).
+
+  Raises:
+    ValueError: for an unknown name, listing the valid ones and the closest match.
+  """
+  from t2t.data import objectives
+  if name in OBJECTIVE_NAMES:
+    return getattr(objectives, name)
+  close = difflib.get_close_matches(str(name), OBJECTIVE_NAMES, n=1, cutoff=0.5)
+  hint = f" Did you mean {close[0]!r}?" if close else ""
+  raise ValueError(f"Unknown objective {name!r}.{hint} Objectives: {', '.join(OBJECTIVE_NAMES)}.")
+
+
+@gin.configurable
+def pretraining_objective(dataset, sequence_length, output_features,
+                          name: str = "span_corruption"):
+  """A seqio preprocessor applying the objective chosen by name, so that one gin line
+  (`pretraining_objective.name = 'prefix_lm'`) switches the objective of a task built on it
+  (e.g. `bbc_pretraining`). Each objective's own knobs stay bindable (`span_corruption.*`)."""
+  return get_objective(name)(dataset, sequence_length, output_features)

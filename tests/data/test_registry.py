@@ -46,3 +46,33 @@ def test_missing_split_is_named():
   import tasks  # noqa: F401
   with pytest.raises(ValueError, match="has no split 'dev'"):
     registry.check_split_readable(registry.get_mixture_or_task("bbc_topic"), "dev")
+
+
+def test_objectives_by_name_and_a_clear_error_for_an_unknown_one():
+  from t2t.data import objectives
+  assert registry.get_objective("prefix_lm") is objectives.prefix_lm
+  assert set(registry.OBJECTIVE_NAMES) >= {"span_corruption", "bert_style", "deshuffling"}
+  with pytest.raises(ValueError, match="Unknown objective 'prefix_llm'. Did you mean 'prefix_lm'"):
+    registry.get_objective("prefix_llm")
+
+
+def test_one_gin_line_switches_the_objective_of_bbc_pretraining():
+  import gin
+  import tasks  # noqa: F401
+  lengths = {"inputs": 32, "targets": 32}
+  task = registry.get_mixture_or_task("bbc_pretraining")
+
+  def first_example():
+    ds = task.get_dataset(lengths, split="validation", shuffle=False, seed=0)
+    return next(ds.as_numpy_iterator())
+
+  default = first_example()
+  vocab = task.output_features["targets"].vocabulary
+  assert "<extra_id_0>" in vocab.decode(default["inputs"].tolist())  # span corruption
+  gin.parse_config("pretraining_objective.name = 'deshuffling'")
+  shuffled = first_example()
+  assert "<extra_id_0>" not in vocab.decode(shuffled["inputs"].tolist())
+  assert sorted(shuffled["inputs"][:-1]) == sorted(shuffled["targets"][:-1])  # a permutation
+  gin.parse_config("pretraining_objective.name = 'nonsense'")
+  with pytest.raises(ValueError, match="Unknown objective 'nonsense'"):
+    first_example()

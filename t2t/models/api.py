@@ -18,9 +18,11 @@ import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
+import numpy as np
 import seqio
 
 from t2t.models import decoding
+from t2t.models import transformer as t5
 from t2t.models.transformer import Transformer
 
 Array = jax.Array
@@ -61,13 +63,18 @@ class EncoderDecoderModel:
 
   def __init__(self, module: Transformer, input_vocabulary: seqio.Vocabulary,
                output_vocabulary: seqio.Vocabulary, label_smoothing: float = 0.0,
-               decode_fn: Callable[..., Array] = decoding.greedy_decode):
+               decode_fn: Callable[..., Array] = decoding.greedy_decode,
+               max_decode_length: int | None = None):
     """`module` is a `Transformer`; vocabularies are used by the evaluator / infer to (de)tokenize.
 
     `decode_fn` is the decoding strategy of `predict_batch` (t2t.models.decoding: `greedy_decode`,
     the T5 default; `beam_search`; `temperature_sample`), e.g. in gin
     `EncoderDecoderModel.decode_fn = @beam_search` with `beam_search.alpha = 0.6`.
+    `max_decode_length` caps the decoded length `predict_batch` accepts (None = no cap): a longer
+    request is refused before anything is traced or computed.
     """
+    if max_decode_length is not None and max_decode_length <= 0:
+      raise ValueError(f'max_decode_length must be positive or None, got {max_decode_length}.')
     if not isinstance(module, nn.Module):
       raise ValueError(f'EncoderDecoderModel.module must be a Flax module (a Transformer), got '
                        f'{type(module).__name__}.')
@@ -78,6 +85,7 @@ class EncoderDecoderModel:
     self.output_vocabulary = output_vocabulary
     self.label_smoothing = float(label_smoothing)
     self.decode_fn = decode_fn
+    self.max_decode_length = max_decode_length
 
   # ---------------------------------------------------------------- initialisation
   def get_initial_variables(self, rng: Array, input_shapes: Mapping[str, tuple[int, ...]],
@@ -156,15 +164,16 @@ class EncoderDecoderModel:
       else:
         raise ValueError('predict_batch needs max_decode_length or a decoder_target_tokens feature '
                          'to size the output.')
+    check_max_decode_length(max_decode_length, self.max_decode_length, 'EncoderDecoderModel')
     enc_tokens = batch['encoder_input_tokens']
     batch_size = enc_tokens.shape[0]
+    module, params = t5.unscanned(self.module, params)  # the KV cache is per layer
     variables = {'params': params}
-    encoded = self.module.apply(variables, enc_tokens, enable_dropout=False,
-                                method=Transformer.encode)
+    encoded = module.apply(variables, enc_tokens, enable_dropout=False, method=Transformer.encode)
 
     def run_decoder(tokens, cache):
       cache_vars = {} if cache is None else {'cache': cache}
-      logits, new_vars = self.module.apply(
+      logits, new_vars = module.apply(
           {**variables, **cache_vars}, encoded, enc_tokens, tokens, enable_dropout=False,
           decode=True, mutable=['cache'], method=Transformer.decode)
       return logits, new_vars['cache']
@@ -189,6 +198,17 @@ class EncoderDecoderModel:
     log_probs = jax.nn.log_softmax(self._logits(params, batch, None), axis=-1)
     token_scores = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
     return jnp.sum(token_scores * weights.astype(jnp.float32), axis=-1)
+
+
+def check_max_decode_length(requested: Any, limit: int | None, model_name: str) -> None:
+  """Refuses a decode length that is not a positive int or exceeds `limit`, before any tracing."""
+  if not isinstance(requested, (int, np.integer)) or isinstance(requested, bool) or requested <= 0:
+    raise ValueError(f'max_decode_length must be a positive int (static under jit), got '
+                     f'{requested!r}.')
+  if limit is not None and requested > limit:
+    raise ValueError(f'max_decode_length {requested} exceeds the model\'s limit of {limit} tokens '
+                     f'({model_name}.max_decode_length); decode at most {limit} tokens or raise '
+                     'the limit.')
 
 
 def _require(batch: Batch, keys: tuple[str, ...], where: str) -> None:

@@ -10,6 +10,8 @@ All strategies share one signature, so a model can take any of them as its `deco
   decode_fn(tokens_to_logits, initial_cache, batch_size, max_decode_length, *, rng) -> [b, length]
 Cache convention: every cache leaf with at least one dimension has the batch on axis 0; scalars
 (cache indices) are shared by the batch. Beam search relies on this to expand and reorder beams.
+`start_id` is an int, or a [b] array of per-row first tokens (decoder-only models start each row
+from the last token of its prompt).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def _check_lengths(batch_size: int, max_decode_length: int) -> None:
 
 def _autoregressive_loop(choose: Callable[[Array, Array], Array], tokens_to_logits: TokensToLogits,
                          initial_cache: Cache, batch_size: int, max_decode_length: int, rng: Array,
-                         eos_id: int, pad_id: int, start_id: int) -> Array:
+                         eos_id: int, pad_id: int, start_id: int | Array) -> Array:
   """Shared loop: `choose(logits [b, v], step_rng) -> next tokens [b]`. Returns [b, max_decode_length]."""
   _check_lengths(batch_size, max_decode_length)
 
@@ -63,7 +65,7 @@ def _autoregressive_loop(choose: Callable[[Array, Array], Array], tokens_to_logi
 @gin.configurable
 def greedy_decode(tokens_to_logits: TokensToLogits, initial_cache: Cache, batch_size: int,
                   max_decode_length: int, *, rng: Array | None = None, eos_id: int = EOS_ID,
-                  pad_id: int = PAD_ID, start_id: int = DECODER_START_ID) -> Array:
+                  pad_id: int = PAD_ID, start_id: int | Array = DECODER_START_ID) -> Array:
   """Arg-max decoding (T5's default). Returns tokens [batch_size, max_decode_length]; `rng` unused."""
   del rng
   choose = lambda logits, _: jnp.argmax(logits, axis=-1)
@@ -75,7 +77,7 @@ def greedy_decode(tokens_to_logits: TokensToLogits, initial_cache: Cache, batch_
 def temperature_sample(tokens_to_logits: TokensToLogits, initial_cache: Cache, batch_size: int,
                        max_decode_length: int, *, rng: Array | None = None, temperature: float = 1.0,
                        topk: int = 0, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
-                       start_id: int = DECODER_START_ID) -> Array:
+                       start_id: int | Array = DECODER_START_ID) -> Array:
   """Ancestral sampling from softmax(logits / temperature), optionally restricted to the top k.
 
   temperature 0 is greedy; topk 0 samples from the whole vocabulary. Returns [batch_size, length].
@@ -110,7 +112,7 @@ def _map_batch_leaves(fn: Callable[[Array], Array], cache: Cache) -> Cache:
 def beam_search_with_scores(tokens_to_logits: TokensToLogits, initial_cache: Cache,
                             batch_size: int, max_decode_length: int, *, beam_size: int = 4,
                             alpha: float = 0.6, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
-                            start_id: int = DECODER_START_ID) -> tuple[Array, Array]:
+                            start_id: int | Array = DECODER_START_ID) -> tuple[Array, Array]:
   """Beam search with the T5 length penalty (beam 4, alpha 0.6 in the paper's final models).
 
   `initial_cache` is for `batch_size` rows; it is repeated per beam here. Returns
@@ -127,6 +129,8 @@ def beam_search_with_scores(tokens_to_logits: TokensToLogits, initial_cache: Cac
   neg = jnp.float32(-1e9)  # "impossible" score, finite so that arithmetic on it stays finite
   cache = _map_batch_leaves(lambda x: jnp.repeat(x, k, axis=0), initial_cache)
   batch_offsets = (jnp.arange(b) * k)[:, None]
+  start = jnp.asarray(start_id, jnp.int32)
+  start = start[:, None] if start.ndim == 1 else start  # per-row start tokens [b] -> [b, 1]
 
   def top(scores, m, *arrays):
     """The m best of `scores` [b, c] and the matching entries of each array [b, c, ...]."""
@@ -145,7 +149,7 @@ def beam_search_with_scores(tokens_to_logits: TokensToLogits, initial_cache: Cac
   def body(state):
     step, live_seqs, live_lp, fin_seqs, fin_scores, cache = state
     last = jax.lax.dynamic_index_in_dim(live_seqs, step - 1, axis=2, keepdims=False)
-    last = jnp.where(step == 0, start_id, last)
+    last = jnp.where(step == 0, start, last)
     logits, cache = tokens_to_logits(last.reshape(b * k, 1), cache)
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     vocab = log_probs.shape[-1]
@@ -183,7 +187,7 @@ def beam_search_with_scores(tokens_to_logits: TokensToLogits, initial_cache: Cac
 def beam_search(tokens_to_logits: TokensToLogits, initial_cache: Cache, batch_size: int,
                 max_decode_length: int, *, rng: Array | None = None, beam_size: int = 4,
                 alpha: float = 0.6, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
-                start_id: int = DECODER_START_ID) -> Array:
+                start_id: int | Array = DECODER_START_ID) -> Array:
   """The best beam of `beam_search_with_scores`: tokens [batch_size, max_decode_length]."""
   del rng
   seqs, _ = beam_search_with_scores(tokens_to_logits, initial_cache, batch_size, max_decode_length,

@@ -159,7 +159,9 @@ class RelativePositionBias(nn.Module):
     """Returns the bias [1, heads, query_length, key_length].
 
     Query i sits at position `query_offset + i` (0 + i when None), key j at position j.
-    `query_offset` may be a traced scalar (incremental decoding); lengths must be static.
+    `query_offset` may be a traced scalar (incremental decoding) or a [b] vector of per-row offsets
+    (decoder-only models, whose prompts differ in length; the bias is then [b, heads, q, k]);
+    lengths must be static.
     """
     table = self.param(
         'rel_embedding', nn.with_logical_partitioning(self.embedding_init, ('heads', 'relpos_buckets')),
@@ -174,10 +176,12 @@ class RelativePositionBias(nn.Module):
       # Look up a static table over every offset the traced query position can produce.
       lo = -(key_length + query_length)
       lookup = jnp.asarray(bucket(np.arange(lo, key_length + 1)))
-      q_pos = query_offset + jnp.arange(query_length)
-      rp = jnp.arange(key_length)[None, :] - q_pos[:, None]
+      q_pos = jnp.asarray(query_offset)[..., None] + jnp.arange(query_length)  # [q] or [b, q]
+      rp = jnp.arange(key_length) - q_pos[..., None]
       buckets = jnp.take(lookup, jnp.clip(rp - lo, 0, lookup.shape[0] - 1))
-    values = jnp.take(jnp.asarray(table, self.dtype), buckets, axis=1)  # [heads, q, k]
+    values = jnp.take(jnp.asarray(table, self.dtype), buckets, axis=1)  # [heads, (b,) q, k]
+    if values.ndim == 4:  # per-row query offsets
+      return jnp.transpose(values, (1, 0, 2, 3))
     return values[None]
 
 
@@ -192,9 +196,10 @@ class MultiHeadAttention(nn.Module):
   embed. `bias` carries the relative position bias and the mask (0 / NEG_INF), already combined.
 
   Incremental decoding (`decode=True`, flax `cache` collection):
-  - self-attention: the first call (cache absent) creates zero key/value caches sized by its inputs
-    and attends normally; later calls take one token [b, 1, embed], write its key/value at the cache
-    index and attend over the whole cache (the caller's `bias` masks the unwritten slots).
+  - self-attention: the first call (cache absent) creates key/value caches sized by its inputs,
+    filled with their keys/values (prefill), and attends normally; later calls take one token [b, 1, embed], write its key/value at the cache
+    index and attend over the whole cache (the caller's `bias` masks the unwritten slots). The index
+    is a scalar, or a [b] vector when rows sit at different positions (decoder-only prefill).
   - cross-attention (`cross_cache=True`): keys/values of the encoder output are projected once, on the
     first call, and reused.
   """
@@ -254,13 +259,22 @@ class MultiHeadAttention(nn.Module):
   def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array]:
     """Creates the cache on the first call; afterwards writes one step and returns the full cache."""
     ready = self.has_variable('cache', 'cached_key')
-    cached_key = self.variable('cache', 'cached_key', jnp.zeros, key.shape, key.dtype)
-    cached_value = self.variable('cache', 'cached_value', jnp.zeros, value.shape, value.dtype)
+    # The first call's keys/values fill the cache: a prompt processed in one call (prefill) is then
+    # cached; slots the caller has not marked as written are masked by its `bias` anyway.
+    cached_key = self.variable('cache', 'cached_key', lambda: key)
+    cached_value = self.variable('cache', 'cached_value', lambda: value)
     index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
     if not ready:
       return key, value
     if key.shape[1] != 1:
       raise ValueError(f'Incremental decoding takes one token per call, got length {key.shape[1]}.')
+    if index.value.ndim == 1:
+      # Per-row positions [b] (decoder-only prompts of different lengths): write by one-hot select.
+      hit = (jnp.arange(cached_key.value.shape[1])[None, :] == index.value[:, None])[:, :, None, None]
+      cached_key.value = jnp.where(hit, key.astype(cached_key.value.dtype), cached_key.value)
+      cached_value.value = jnp.where(hit, value.astype(cached_value.value.dtype), cached_value.value)
+      index.value = index.value + 1
+      return cached_key.value, cached_value.value
     start = (0, index.value, 0, 0)
     cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key.astype(cached_key.value.dtype),
                                                     start)

@@ -22,6 +22,12 @@ and, when untied, `logits_dense`):
   encoder/layers_{i}/pre_mlp_layer_norm/scale                        [d]
   encoder/layers_{i}/mlp/{wi | wi_0, wi_1}/kernel, mlp/wo/kernel     [d, d_ff], [d_ff, d]
   encoder/encoder_norm/scale                                         [d]
+
+Variants (T5Config flags): `shared_encoder_decoder` drops the decoder layers' self-attention, FFN and
+their norms (they reuse encoder/layers_{i}'s); `scan_layers` replaces layers_{i} by one `layers`
+subtree whose leaves have a leading [num_layers] axis named 'layers'; `remat_policy` changes no
+parameter. The default tree is the one above (Hugging Face conversion and checkpoints rely on it).
+The decoder-only models (LM, prefix LM) live in decoder_only.py.
 """
 from __future__ import annotations
 
@@ -41,6 +47,9 @@ Array = jax.Array
 _FEED_FORWARD = {'relu': ('relu',), 'gated-gelu': ('gelu', 'linear')}
 
 
+_REMAT_POLICIES = ('none', 'full', 'dots_saveable')
+
+
 @gin.configurable
 @dataclasses.dataclass(frozen=True)
 class T5Config:
@@ -51,7 +60,7 @@ class T5Config:
   d_kv: int = 64                          # per-head key/value width (heads * d_kv may differ from d_model)
   d_ff: int = 2048                        # hidden width of the feed-forward block
   num_encoder_layers: int = 6             # encoder blocks
-  num_decoder_layers: int = 6             # decoder blocks
+  num_decoder_layers: int = 6             # decoder blocks (the only stack of a decoder-only model)
   dropout_rate: float = 0.1               # everywhere dropout is applied (0.0 for T5 v1.1 pre-training)
   relative_attention_num_buckets: int = 32  # relative position buckets per stack
   relative_attention_max_distance: int = 128  # offsets at or beyond this share the last bucket
@@ -60,6 +69,19 @@ class T5Config:
   tie_word_embeddings: bool = True        # share input embedding and output projection (v1.0)
   dtype: Any = jnp.float32                # activation / computation dtype (e.g. 'bfloat16')
   param_dtype: Any = jnp.float32          # parameter storage dtype
+  # Table 2's "encoder-decoder, shared" (P params, cost M): decoder layer i reuses encoder layer i's
+  # self-attention, FFN and their layer norms. Encoder-decoder attention (and its norm) has no
+  # encoder counterpart and keeps its own weights, as do the two relative position tables (their
+  # buckets mean different things: bidirectional vs causal) and the final norms. The paper's P counts
+  # one stack; cross-attention adds ~1/3 of a decoder stack on top (T5 §3.2.2 ignores it too).
+  shared_encoder_decoder: bool = False
+  # Rematerialisation of each layer in the backward pass: 'none' keeps every activation; 'full'
+  # recomputes the whole layer; 'dots_saveable' keeps matmul outputs and recomputes the rest.
+  remat_policy: str = 'none'
+  # `nn.scan` over the layers of each stack: one traced layer instead of N (faster compiles for deep
+  # models). Parameters then live under `{encoder,decoder}/layers` with a leading axis named 'layers'
+  # (see `stack_layer_params` / `unstack_layer_params`). Decoding uses the unscanned form.
+  scan_layers: bool = False
 
   def __post_init__(self):
     for name in ('vocab_size', 'd_model', 'num_heads', 'd_kv', 'd_ff', 'relative_attention_num_buckets',
@@ -76,6 +98,17 @@ class T5Config:
     if self.feed_forward_proj not in _FEED_FORWARD:
       raise ValueError(f'T5Config.feed_forward_proj must be one of {sorted(_FEED_FORWARD)}, '
                        f'got {self.feed_forward_proj!r}.')
+    if self.remat_policy not in _REMAT_POLICIES:
+      raise ValueError(f'T5Config.remat_policy must be one of {_REMAT_POLICIES}, '
+                       f'got {self.remat_policy!r}.')
+    if self.shared_encoder_decoder:
+      if self.num_encoder_layers != self.num_decoder_layers:
+        raise ValueError('T5Config.shared_encoder_decoder needs num_encoder_layers == '
+                         f'num_decoder_layers, got {self.num_encoder_layers} and '
+                         f'{self.num_decoder_layers}.')
+      if self.scan_layers:
+        raise ValueError('T5Config.shared_encoder_decoder cannot be combined with scan_layers; '
+                         'set one of them to False.')
     # Accept dtype names from gin ('bfloat16') and store canonical numpy dtypes (hashable, comparable).
     object.__setattr__(self, 'dtype', jnp.dtype(self.dtype))
     object.__setattr__(self, 'param_dtype', jnp.dtype(self.param_dtype))
@@ -89,12 +122,12 @@ def _normal(stddev: float) -> layers.Initializer:
   return nn.initializers.normal(stddev=stddev)
 
 
-def _norm(c: T5Config, name: str) -> layers.RMSNorm:
+def _norm(c: T5Config, name: str | None = None) -> layers.RMSNorm:
   return layers.RMSNorm(epsilon=c.layer_norm_epsilon, dtype=c.dtype, param_dtype=c.param_dtype,
                         name=name)
 
 
-def _attention(c: T5Config, name: str) -> layers.MultiHeadAttention:
+def _attention(c: T5Config, name: str | None = None) -> layers.MultiHeadAttention:
   # Mesh-TF initialisation: the 1/sqrt(d_kv) logit scaling is folded into the query initialiser.
   return layers.MultiHeadAttention(
       num_heads=c.num_heads, d_kv=c.d_kv, dropout_rate=c.dropout_rate,
@@ -103,17 +136,17 @@ def _attention(c: T5Config, name: str) -> layers.MultiHeadAttention:
       name=name)
 
 
-def _mlp(c: T5Config) -> layers.MlpBlock:
+def _mlp(c: T5Config, name: str | None = None) -> layers.MlpBlock:
   return layers.MlpBlock(d_ff=c.d_ff, activations=c.mlp_activations, dropout_rate=c.dropout_rate,
                          wi_init=_normal(c.d_model ** -0.5), wo_init=_normal(c.d_ff ** -0.5),
-                         dtype=c.dtype, param_dtype=c.param_dtype, name='mlp')
+                         dtype=c.dtype, param_dtype=c.param_dtype, name=name)
 
 
-def _relpos(c: T5Config, bidirectional: bool) -> layers.RelativePositionBias:
+def _relpos(c: T5Config, bidirectional: bool, name: str | None = None) -> layers.RelativePositionBias:
   return layers.RelativePositionBias(
       num_buckets=c.relative_attention_num_buckets, max_distance=c.relative_attention_max_distance,
       num_heads=c.num_heads, bidirectional=bidirectional, embedding_init=_normal(c.d_model ** -0.5),
-      dtype=c.dtype, param_dtype=c.param_dtype, name='relpos_bias')
+      dtype=c.dtype, param_dtype=c.param_dtype, name=name)
 
 
 def _constrain(x: Array) -> Array:
@@ -121,38 +154,142 @@ def _constrain(x: Array) -> Array:
 
 
 class EncoderLayer(nn.Module):
-  """Self-attention then FFN, each pre-normed with a residual. [b, l_enc, d] -> [b, l_enc, d]."""
+  """Self-attention then FFN, each pre-normed with a residual. [b, l_enc, d] -> [b, l_enc, d].
+
+  Defined with `setup` so that a decoder layer can reuse its sub-modules (shared encoder-decoder).
+  """
   config: T5Config
 
-  @nn.compact
-  def __call__(self, x: Array, bias: Array, enable_dropout: bool = True) -> Array:
+  def setup(self):
     c = self.config
-    drop = lambda y: nn.Dropout(c.dropout_rate)(y, deterministic=not enable_dropout)
-    h = _norm(c, 'pre_attention_layer_norm')(x)
-    x = x + drop(_attention(c, 'attention')(h, h, bias, enable_dropout=enable_dropout))
-    h = _norm(c, 'pre_mlp_layer_norm')(_constrain(x))
-    x = x + drop(_mlp(c)(h, enable_dropout=enable_dropout))
+    self.pre_attention_layer_norm = _norm(c)
+    self.attention = _attention(c)
+    self.pre_mlp_layer_norm = _norm(c)
+    self.mlp = _mlp(c)
+    self.dropout = nn.Dropout(c.dropout_rate)
+
+  def __call__(self, x: Array, bias: Array, enable_dropout: bool = True) -> Array:
+    drop = lambda y: self.dropout(y, deterministic=not enable_dropout)
+    h = self.pre_attention_layer_norm(x)
+    x = x + drop(self.attention(h, h, bias, enable_dropout=enable_dropout))
+    h = self.pre_mlp_layer_norm(_constrain(x))
+    x = x + drop(self.mlp(h, enable_dropout=enable_dropout))
     return _constrain(x)
 
 
 class DecoderLayer(nn.Module):
-  """Causal self-attention, encoder-decoder attention, FFN; pre-norm residuals. [b, l_dec, d]."""
-  config: T5Config
+  """Causal self-attention, encoder-decoder attention, FFN; pre-norm residuals. [b, l_dec, d].
 
-  @nn.compact
-  def __call__(self, x: Array, encoded: Array, self_bias: Array, cross_bias: Array,
-               enable_dropout: bool = True, decode: bool = False) -> Array:
+  With `shared` (an EncoderLayer), self-attention, FFN and their norms are that layer's; only the
+  encoder-decoder attention and its norm belong to this layer. With `cross_attention=False` (the
+  decoder-only models) there is no encoder-decoder attention.
+  """
+  config: T5Config
+  shared: EncoderLayer | None = None
+  cross_attention: bool = True
+
+  def setup(self):
     c = self.config
-    drop = lambda y: nn.Dropout(c.dropout_rate)(y, deterministic=not enable_dropout)
-    h = _norm(c, 'pre_self_attention_layer_norm')(x)
-    x = x + drop(_attention(c, 'self_attention')(h, h, self_bias, enable_dropout=enable_dropout,
-                                                 decode=decode))
-    h = _norm(c, 'pre_cross_attention_layer_norm')(_constrain(x))
-    x = x + drop(_attention(c, 'encoder_decoder_attention')(
-        h, encoded, cross_bias, enable_dropout=enable_dropout, decode=decode, cross_cache=True))
-    h = _norm(c, 'pre_mlp_layer_norm')(_constrain(x))
-    x = x + drop(_mlp(c)(h, enable_dropout=enable_dropout))
+    if self.shared is None:
+      self.pre_self_attention_layer_norm = _norm(c)
+      self.self_attention = _attention(c)
+      self.pre_mlp_layer_norm = _norm(c)
+      self.mlp = _mlp(c)
+    if self.cross_attention:
+      self.pre_cross_attention_layer_norm = _norm(c)
+      self.encoder_decoder_attention = _attention(c)
+    self.dropout = nn.Dropout(c.dropout_rate)
+
+  def __call__(self, x: Array, encoded: Array | None, self_bias: Array, cross_bias: Array | None,
+               enable_dropout: bool = True, decode: bool = False) -> Array:
+    drop = lambda y: self.dropout(y, deterministic=not enable_dropout)
+    if self.shared is None:
+      self_norm, self_attn = self.pre_self_attention_layer_norm, self.self_attention
+      mlp_norm, mlp = self.pre_mlp_layer_norm, self.mlp
+    else:
+      self_norm, self_attn = self.shared.pre_attention_layer_norm, self.shared.attention
+      mlp_norm, mlp = self.shared.pre_mlp_layer_norm, self.shared.mlp
+    h = self_norm(x)
+    x = x + drop(self_attn(h, h, self_bias, enable_dropout=enable_dropout, decode=decode))
+    if self.cross_attention:
+      h = self.pre_cross_attention_layer_norm(_constrain(x))
+      x = x + drop(self.encoder_decoder_attention(
+          h, encoded, cross_bias, enable_dropout=enable_dropout, decode=decode, cross_cache=True))
+    h = mlp_norm(_constrain(x))
+    x = x + drop(mlp(h, enable_dropout=enable_dropout))
     return _constrain(x)
+
+
+# ------------------------------------------------------------------ remat and scan over layers
+class _ScannedEncoderLayer(EncoderLayer):
+  """EncoderLayer in `nn.scan`'s (carry, ...) -> (carry, out) form."""
+
+  def __call__(self, x: Array, bias: Array, enable_dropout: bool) -> tuple[Array, None]:
+    return super().__call__(x, bias, enable_dropout), None
+
+
+class _ScannedDecoderLayer(DecoderLayer):
+  """DecoderLayer in `nn.scan`'s form (teacher forcing only; decoding unstacks the layers)."""
+
+  def __call__(self, x: Array, encoded: Array | None, self_bias: Array, cross_bias: Array | None,
+               enable_dropout: bool) -> tuple[Array, None]:
+    return super().__call__(x, encoded, self_bias, cross_bias, enable_dropout, False), None
+
+
+def _remat(layer_cls: type[nn.Module], policy: str, static_argnums: tuple[int, ...],
+           prevent_cse: bool = True) -> type[nn.Module]:
+  """`layer_cls` wrapped in `nn.remat` per `policy` ('none' returns it unchanged)."""
+  if policy == 'none':
+    return layer_cls
+  jax_policy = jax.checkpoint_policies.dots_saveable if policy == 'dots_saveable' else None
+  return nn.remat(layer_cls, policy=jax_policy, static_argnums=static_argnums,
+                  prevent_cse=prevent_cse)
+
+
+def _scanned(layer_cls: type[nn.Module], c: T5Config, num_layers: int, num_broadcast: int,
+             **kwargs) -> nn.Module:
+  """All `num_layers` layers as one `nn.scan`ned module named 'layers' (params [layers, ...]).
+
+  The body's last broadcast argument is `enable_dropout` (static under remat; self is argument 0).
+  """
+  body = _remat(layer_cls, c.remat_policy, static_argnums=(num_broadcast + 1,), prevent_cse=False)
+  scan = nn.scan(body, variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
+                 in_axes=(nn.broadcast,) * num_broadcast, length=num_layers,
+                 metadata_params={nn.PARTITION_NAME: 'layers'})
+  return scan(c, name='layers', **kwargs)
+
+
+def stack_layer_params(stack_params: dict[str, Any], num_layers: int) -> dict[str, Any]:
+  """One stack's params with `layers_{i}` subtrees -> a scanned `layers` subtree [num_layers, ...]."""
+  out = {k: v for k, v in stack_params.items() if not k.startswith('layers_')}
+  per_layer = [stack_params[f'layers_{i}'] for i in range(num_layers)]
+  out['layers'] = jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer)
+  return out
+
+
+def unstack_layer_params(stack_params: dict[str, Any]) -> dict[str, Any]:
+  """Inverse of `stack_layer_params`: a `layers` subtree [n, ...] -> `layers_{i}` subtrees."""
+  out = {k: v for k, v in stack_params.items() if k != 'layers'}
+  num_layers = jax.tree.leaves(stack_params['layers'])[0].shape[0]
+  for i in range(num_layers):
+    out[f'layers_{i}'] = jax.tree.map(lambda x, i=i: x[i], stack_params['layers'])
+  return out
+
+
+def unscanned(module: nn.Module, params: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
+  """(module, params) in the per-layer form: a clone without scan and remat, params unstacked.
+
+  Used for decoding (the KV cache is per layer); a no-op for a module built without `scan_layers`.
+  """
+  c = module.config
+  if not c.scan_layers:
+    return module, params
+  params = dict(params)
+  for stack in ('encoder', 'decoder'):
+    if stack in params and 'layers' in params[stack]:
+      params[stack] = unstack_layer_params(params[stack])
+  config = dataclasses.replace(c, scan_layers=False, remat_policy='none')
+  return module.clone(config=config, parent=None), params
 
 
 def _valid(tokens: Array, segment_ids: Array | None) -> Array:
@@ -165,46 +302,101 @@ class Encoder(nn.Module):
   config: T5Config
   shared_embedding: nn.Module
 
-  @nn.compact
+  def setup(self):
+    c = self.config
+    self.relpos_bias = _relpos(c, bidirectional=True)
+    if c.scan_layers:
+      self.layers = _scanned(_ScannedEncoderLayer, c, c.num_encoder_layers, num_broadcast=2)
+    else:
+      # A list attribute: Flax names its entries layers_0, layers_1, ...
+      layer_cls = _remat(EncoderLayer, c.remat_policy, static_argnums=(3,))
+      self.layers = [layer_cls(c) for _ in range(c.num_encoder_layers)]
+    self.encoder_norm = _norm(c)
+    self.dropout = nn.Dropout(c.dropout_rate)
+
   def __call__(self, tokens: Array, segment_ids: Array | None = None,
                enable_dropout: bool = True) -> Array:
     c = self.config
-    drop = lambda y: nn.Dropout(c.dropout_rate)(y, deterministic=not enable_dropout)
+    drop = lambda y: self.dropout(y, deterministic=not enable_dropout)
     x = _constrain(drop(self.shared_embedding(tokens)))
     valid = _valid(tokens, segment_ids)
     length = tokens.shape[1]
     # Positions inside each packed segment differ from the row positions by a constant, so relative
     # offsets between tokens of one segment are the row offsets: no per-segment positions needed.
-    bias = _relpos(c, bidirectional=True)(length, length) + layers.mask_to_bias(
+    bias = self.relpos_bias(length, length) + layers.mask_to_bias(
         layers.make_attention_mask(valid, valid, segment_ids, segment_ids))
-    for i in range(c.num_encoder_layers):
-      x = EncoderLayer(c, name=f'layers_{i}')(x, bias, enable_dropout)
-    return _constrain(drop(_norm(c, 'encoder_norm')(x)))
+    if c.scan_layers:
+      if c.num_encoder_layers:
+        x, _ = self.layers(x, bias, enable_dropout)
+    else:
+      for layer in self.layers:
+        x = layer(x, bias, enable_dropout)
+    return _constrain(drop(self.encoder_norm(x)))
+
+
+def output_logits(c: T5Config, shared_embedding: nn.Module, logits_dense: nn.Module | None,
+                  x: Array) -> Array:
+  """Final hidden states [b, l, d] -> logits [b, l, v]: tied (scaled by d ** -0.5) or untied."""
+  if c.tie_word_embeddings:
+    logits = shared_embedding.attend(x * (c.d_model ** -0.5))
+  else:
+    logits = logits_dense(x)
+  return nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
+
+
+def make_logits_dense(c: T5Config) -> layers.DenseGeneral | None:
+  """The untied output projection `logits_dense` [d, v] (T5 v1.1); None with tied embeddings."""
+  if c.tie_word_embeddings:
+    return None
+  return layers.DenseGeneral(c.vocab_size, kernel_axes=('embed', 'vocab'),
+                             kernel_init=_normal(c.d_model ** -0.5), dtype=c.dtype,
+                             param_dtype=c.param_dtype)
 
 
 class Decoder(nn.Module):
-  """Embedding -> N DecoderLayers -> RMSNorm -> logits. [b, l_dec] tokens -> [b, l_dec, v] logits."""
+  """Embedding -> N DecoderLayers -> RMSNorm -> logits. [b, l_dec] tokens -> [b, l_dec, v] logits.
+
+  `shared_encoder` (an Encoder) makes every layer reuse that encoder layer's weights.
+  """
   config: T5Config
   shared_embedding: nn.Module
+  shared_encoder: Encoder | None = None
 
-  @nn.compact
+  def setup(self):
+    c = self.config
+    self.relpos_bias = _relpos(c, bidirectional=False)
+    if c.scan_layers:
+      self.layers = _scanned(_ScannedDecoderLayer, c, c.num_decoder_layers, num_broadcast=4)
+    else:
+      shared = (self.shared_encoder.layers if self.shared_encoder is not None
+                else [None] * c.num_decoder_layers)
+      layer_cls = _remat(DecoderLayer, c.remat_policy, static_argnums=(5, 6))
+      self.layers = [layer_cls(c, shared=s) for s in shared]
+    self.decoder_norm = _norm(c)
+    self.logits_dense = make_logits_dense(c)
+    self.dropout = nn.Dropout(c.dropout_rate)
+
   def __call__(self, encoded: Array, encoder_valid: Array, tokens: Array,
                encoder_segment_ids: Array | None = None, decoder_segment_ids: Array | None = None,
                enable_dropout: bool = True, decode: bool = False) -> Array:
     c = self.config
-    drop = lambda y: nn.Dropout(c.dropout_rate)(y, deterministic=not enable_dropout)
-    relpos = _relpos(c, bidirectional=False)
+    drop = lambda y: self.dropout(y, deterministic=not enable_dropout)
     length = tokens.shape[1]
     stepping = decode and self.has_variable('cache', 'cache_index')
+    if decode and c.scan_layers:
+      raise ValueError('Incremental decoding runs on unscanned layers: use '
+                       't2t.models.transformer.unscanned(module, params) first.')
     if stepping:
       # One new token at position `index`; keys are the cache slots written so far (0..index).
       # Every cache leaf except the scalar indices has a leading batch axis (beam search relies on it).
-      index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
-      cache_length = self.variables['cache']['layers_0']['self_attention']['cached_key'].shape[1]
-      slots = jnp.arange(cache_length)
-      self_bias = relpos(length, cache_length, query_offset=index.value) + layers.mask_to_bias(
-          (slots <= index.value)[None, None, None, :])
-      index.value = index.value + 1
+      index = self.get_variable('cache', 'cache_index')
+      written = self.get_variable('cache', 'written')
+      slots = jnp.arange(written.shape[1])
+      written = written | (slots == index)[None, :]
+      self_bias = self.relpos_bias(length, slots.shape[0], query_offset=index) + (
+          layers.mask_to_bias(written[:, None, None, :]))
+      self.put_variable('cache', 'cache_index', index + 1)
+      self.put_variable('cache', 'written', written)
       # The encoder side (keys/values and validity) comes from the cache, so a decoding strategy may
       # expand or reorder the cache's batch (beams) without touching `encoded`.
       cross_mask = layers.make_attention_mask(jnp.ones(tokens.shape, bool),
@@ -213,30 +405,29 @@ class Decoder(nn.Module):
       if decode:  # first call in decode mode: the layers size their caches to this length.
         if c.num_decoder_layers < 1:
           raise ValueError('Incremental decoding needs at least one decoder layer.')
-        self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
-        self.variable('cache', 'encoder_valid', lambda: encoder_valid)
+        self.put_variable('cache', 'cache_index', jnp.array(0, jnp.int32))
+        self.put_variable('cache', 'encoder_valid', encoder_valid)
+        # Which self-attention cache slots hold a decoded token: [b, cache_length].
+        self.put_variable('cache', 'written', jnp.zeros(tokens.shape, bool))
       # Queries are all "valid": the start token is id 0 (= pad), so tokens > 0 cannot mark validity;
       # the causal mask already keeps real positions from seeing padding that follows them.
       dec_valid = (decoder_segment_ids > 0 if decoder_segment_ids is not None
                    else jnp.ones(tokens.shape, bool))
-      self_bias = relpos(length, length) + layers.mask_to_bias(layers.make_attention_mask(
+      self_bias = self.relpos_bias(length, length) + layers.mask_to_bias(layers.make_attention_mask(
           dec_valid, dec_valid, decoder_segment_ids, decoder_segment_ids, causal=True))
       cross_mask = layers.make_attention_mask(dec_valid, encoder_valid, decoder_segment_ids,
                                               encoder_segment_ids)
     cross_bias = layers.mask_to_bias(cross_mask)
 
     x = _constrain(drop(self.shared_embedding(tokens)))
-    for i in range(c.num_decoder_layers):
-      x = DecoderLayer(c, name=f'layers_{i}')(x, encoded, self_bias, cross_bias, enable_dropout,
-                                              decode)
-    x = _constrain(drop(_norm(c, 'decoder_norm')(x)))
-    if c.tie_word_embeddings:
-      logits = self.shared_embedding.attend(x * (c.d_model ** -0.5))
+    if c.scan_layers:
+      if c.num_decoder_layers:
+        x, _ = self.layers(x, encoded, self_bias, cross_bias, enable_dropout)
     else:
-      logits = layers.DenseGeneral(c.vocab_size, kernel_axes=('embed', 'vocab'),
-                                   kernel_init=_normal(c.d_model ** -0.5), dtype=c.dtype,
-                                   param_dtype=c.param_dtype, name='logits_dense')(x)
-    return nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
+      for layer in self.layers:
+        x = layer(x, encoded, self_bias, cross_bias, enable_dropout, decode)
+    x = _constrain(drop(self.decoder_norm(x)))
+    return output_logits(c, self.shared_embedding, self.logits_dense, x)
 
 
 def _check_tokens(name: str, tokens: Array) -> None:
@@ -257,7 +448,8 @@ class Transformer(nn.Module):
                                        embedding_init=_normal(1.0), dtype=c.dtype,
                                        param_dtype=c.param_dtype)
     self.encoder = Encoder(c, shared_embedding=self.token_embedder)
-    self.decoder = Decoder(c, shared_embedding=self.token_embedder)
+    self.decoder = Decoder(c, shared_embedding=self.token_embedder,
+                           shared_encoder=self.encoder if c.shared_encoder_decoder else None)
 
   def encode(self, encoder_input_tokens: Array, encoder_segment_ids: Array | None = None,
              enable_dropout: bool = True) -> Array:

@@ -135,6 +135,16 @@ def test_predict_batch_lengths_and_errors(setup):
     model.predict_batch(params, {'encoder_input_tokens': batch['encoder_input_tokens']})
   with pytest.raises(ValueError, match='packed'):
     model.predict_batch(params, dict(batch, encoder_segment_ids=batch['encoder_input_tokens'] > 0))
+  capped = api.EncoderDecoderModel(model.module, model.input_vocabulary, model.output_vocabulary,
+                                   max_decode_length=6)
+  assert capped.predict_batch(params, batch, max_decode_length=6).shape == (3, 6)
+  # Refused before anything runs: the parameters are not even looked at.
+  with pytest.raises(ValueError, match='max_decode_length 7 exceeds .* limit of 6'):
+    capped.predict_batch(None, batch, max_decode_length=7)
+  with pytest.raises(ValueError, match='positive int'):
+    model.predict_batch(None, batch, max_decode_length=0)
+  with pytest.raises(ValueError, match='max_decode_length'):
+    api.EncoderDecoderModel(model.module, None, None, max_decode_length=-1)
   with pytest.raises(ValueError, match='decoder_target_tokens'):
     model.loss_fn(params, {'encoder_input_tokens': batch['encoder_input_tokens'],
                            'decoder_input_tokens': batch['decoder_input_tokens']}, None)

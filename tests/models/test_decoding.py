@@ -1,4 +1,6 @@
 """Tests for t2t.models.decoding: greedy decoding semantics, early stop, cached vs uncached decoding."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -203,3 +205,26 @@ def test_beam_search_beats_greedy_when_greedy_is_myopic():
   np.testing.assert_array_equal(beam, [[3, 1, 0]])
   with pytest.raises(ValueError, match='beam_size'):
     decoding.beam_search(_prefix_model(table), cache, 1, 3, beam_size=0)
+
+
+def test_beam_of_one_is_greedy(memorised):
+  """One beam follows the arg-max path. (Not on every model: a single beam still keeps the best
+  EOS-ended candidate seen, which can beat a greedy path that ends late or never; on a confident
+  model the greedy sequence is also the best finished one.)"""
+  module, params, batch = memorised
+  enc = {'encoder_input_tokens': jnp.asarray(batch['encoder_input_tokens'])}
+  greedy = EncoderDecoderModel(module, None, None).predict_batch(params, enc, max_decode_length=9)
+  beam1 = EncoderDecoderModel(module, None, None, decode_fn=functools.partial(
+      decoding.beam_search, beam_size=1, alpha=0.0)).predict_batch(params, enc, max_decode_length=9)
+  np.testing.assert_array_equal(beam1, greedy)
+
+
+def test_per_row_start_tokens():
+  """Decoder-only models start each row from its own prompt token ([b] start_id)."""
+  nxt = np.array([[0, 0, 4, 0, 1, 0], [0, 0, 0, 5, 0, 1]])  # row 0: 2 -> 4 -> EOS; row 1: 3 -> 5 -> EOS
+  start = jnp.array([2, 3])
+  greedy = decoding.greedy_decode(_table_model(nxt), jnp.int32(0), 2, 3, start_id=start)
+  np.testing.assert_array_equal(greedy, [[4, 1, 0], [5, 1, 0]])
+  beam = decoding.beam_search(_table_model(nxt), jnp.int32(0), 2, 3, start_id=start, beam_size=2,
+                              alpha=0.0)
+  np.testing.assert_array_equal(beam, greedy)

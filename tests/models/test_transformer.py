@@ -173,3 +173,71 @@ def test_bad_token_inputs_are_rejected(tied):
   with pytest.raises(ValueError, match='decoder_input_tokens'):
     _logits(model, params, batch['encoder_input_tokens'],
             batch['decoder_input_tokens'].astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- Table 2 variants
+def _count(tree):
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+
+
+def test_shared_encoder_decoder_parameters_and_semantics():
+  """The shared variant keeps one set of self-attention/FFN weights per layer pair (P, not 2P):
+  the decoder has only its cross-attention; perturbing a shared weight moves both stacks."""
+  batch = helpers.seq2seq_batch()
+  plain_model, plain = _init(helpers.tiny_config(), batch)
+  model, variables = _init(helpers.tiny_config(shared_encoder_decoder=True), batch)
+  params = nn.unbox(variables)['params']
+  assert set(params['decoder']['layers_0']) == {'pre_cross_attention_layer_norm',
+                                                'encoder_decoder_attention'}
+  assert set(params['encoder']['layers_0']) == set(nn.unbox(plain)['params']['encoder']['layers_0'])
+  dec_layer = nn.unbox(plain)['params']['decoder']['layers_0']
+  saved = _count({k: v for k, v in dec_layer.items()
+                  if k in ('pre_self_attention_layer_norm', 'self_attention', 'pre_mlp_layer_norm',
+                           'mlp')})
+  assert _count(nn.unbox(plain)['params']) - _count(params) == 2 * saved
+  enc, dec = batch['encoder_input_tokens'], batch['decoder_input_tokens']
+  base = _logits(model, params, enc, dec)
+  # A decoder that only sees padding-free encoder output still changes when the shared FFN does:
+  # feed a fixed `encoded` to isolate the decoder's use of the shared weights.
+  encoded = model.apply({'params': params}, jnp.asarray(enc), enable_dropout=False,
+                        method=Transformer.encode)
+  decode = lambda p: model.apply({'params': p}, encoded, jnp.asarray(enc), jnp.asarray(dec),
+                                 enable_dropout=False, method=Transformer.decode)
+  bumped = flax.traverse_util.unflatten_dict({
+      k: (v * 1.5 if k[:4] == ('encoder', 'layers_1', 'mlp', 'wo') else v)
+      for k, v in flax.traverse_util.flatten_dict(params).items()})
+  assert not np.allclose(decode(bumped), decode(params))
+  assert base.shape == (3, 5, 48)
+  with pytest.raises(ValueError, match='num_encoder_layers == num_decoder_layers'):
+    helpers.tiny_config(shared_encoder_decoder=True, num_decoder_layers=1)
+
+
+def test_shared_encoder_decoder_kv_cache_matches_full_forward():
+  batch = helpers.seq2seq_batch()
+  model, variables = _init(helpers.tiny_config(shared_encoder_decoder=True), batch)
+  params = nn.unbox(variables)['params']
+  enc, dec = jnp.asarray(batch['encoder_input_tokens']), jnp.asarray(batch['decoder_input_tokens'])
+  full = _logits(model, params, enc, dec)
+  encoded = model.apply({'params': params}, enc, enable_dropout=False, method=Transformer.encode)
+  _, state = model.apply({'params': params}, encoded, enc, jnp.zeros_like(dec), enable_dropout=False,
+                         decode=True, mutable=['cache'], method=Transformer.decode)
+  cache = state['cache']
+  for t in range(dec.shape[1]):
+    logits, state = model.apply({'params': params, 'cache': cache}, encoded, enc, dec[:, t:t + 1],
+                                enable_dropout=False, decode=True, mutable=['cache'],
+                                method=Transformer.decode)
+    cache = state['cache']
+    np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5, rtol=1e-5)
+
+
+def test_six_plus_six_is_half_the_layers():
+  from t2t.models import transformer  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match='remat_policy'):
+    transformer.T5Config(vocab_size=8, remat_policy='some')
+  batch = helpers.seq2seq_batch()
+  _, full = _init(helpers.tiny_config(num_encoder_layers=2, num_decoder_layers=2), batch)
+  _, half = _init(helpers.tiny_config(num_encoder_layers=1, num_decoder_layers=1), batch)
+  assert sorted(nn.unbox(half)['params']['decoder']) == ['decoder_norm', 'layers_0', 'relpos_bias']
+  layer_params = _count(nn.unbox(full)['params']) - _count(nn.unbox(half)['params'])
+  assert layer_params == _count(nn.unbox(half)['params']['encoder']['layers_0']) + _count(
+      nn.unbox(half)['params']['decoder']['layers_0'])

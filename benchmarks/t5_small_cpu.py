@@ -1,0 +1,357 @@
+"""T5 v1.0 Small on CPU: t2t's jitted train step and decoding, timed against a PyTorch peer.
+
+  python -m benchmarks.t5_small_cpu {train|decode} [--steps 5] [--warmup 2] [--beams 1]
+      [--threads 2] [--peer PATH | --no-peer] [--batch 8] [--enc-len 512] [--dec-len 114]
+      [--gen-len 64] [--tiny] [--dropout RATE]
+
+Prints ONE JSON line (keys documented in benchmarks/README.md and checked by
+tests/benchmarks/test_t5_small_cpu.py). The model is T5 v1.0 small with random initialisation
+(vocab 32128, d_model 512, 6 + 6 layers, 8 heads x 64, d_ff 2048, relu, tied embeddings; dropout 0.1
+for training, 0 for decoding) behind a `seqio.PassThroughVocabulary`, so nothing is downloaded.
+
+What is timed, and how it lines up with the peer (`hf_t5_peer.py`, Hugging Face PyTorch T5):
+- train: `Trainer.step` (jitted `train_step`: loss, grads, AdaFactor update), synchronised every step
+  (the peer calls `loss.item()` every step). Tokens per step = batch * (enc_len + dec_len).
+- decode: `Predictor.predict` (jitted `predict_batch` with the KV cache) for `gen_len` new tokens,
+  greedy (`--beams 1`) or beam search (alpha 0.6, the peer's length_penalty). EOS can never be chosen:
+  its logit is set to -1e9 before every choice, which is what the peer's `min_new_tokens=gen_len`
+  does, so both decode exactly `gen_len` tokens per row. Tokens = batch * gen_len.
+Model TFLOP/s use model (not hardware) FLOPs: matmuls only, 2 per multiply-add, attention at full size,
+training = 3 x forward; the formula is `/work/shared/bench/t5_small_flops.py`, re-derived here with
+the shapes and sizes as parameters (`model_flops`), equal to it at the default shapes.
+
+Both sides run on the same `--threads` cores: the process pins itself to them (sched_setaffinity,
+which sizes XLA's CPU thread pool), TensorFlow gets one thread (it is only imported, by seqio), and the
+peer subprocess inherits the affinity and is passed `--threads`. The two run one after the other.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+os.environ.setdefault('TF_NUM_INTRAOP_THREADS', '1')   # seqio imports TensorFlow; keep it off the cores
+os.environ.setdefault('TF_NUM_INTEROP_THREADS', '1')
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+
+import flax  # noqa: E402
+import flax.linen as nn  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+import seqio  # noqa: E402
+
+from t2t.models import decoding  # noqa: E402
+from t2t.models.api import EncoderDecoderModel  # noqa: E402
+from t2t.models.transformer import T5Config, Transformer  # noqa: E402
+from t2t.training import optim  # noqa: E402
+from t2t.training.partitioning import Partitioner  # noqa: E402
+from t2t.training.predictor import Predictor  # noqa: E402
+from t2t.training.trainer import Trainer  # noqa: E402
+
+# The peer's fixed shapes (hf_t5_peer.py: B, LE, LD, GEN) and model.
+PEER_SHAPES = dict(batch=8, enc_len=512, dec_len=114, gen_len=64)
+VOCAB_SIZE = 32128
+LENGTH_PENALTY = 0.6
+# Tokens are drawn uniformly from [2, 32001) like the peer's (0 = pad, 1 = EOS excluded).
+TOKEN_HIGH = 32001
+
+
+def t5_small_config(dropout_rate: float, tiny: bool = False) -> T5Config:
+  """T5 v1.0 small (60.5M params); `tiny` = a 1+1-layer, d_model 32 model for fast tests."""
+  if tiny:
+    return T5Config(vocab_size=128, d_model=32, num_heads=2, d_kv=16, d_ff=64, num_encoder_layers=1,
+                    num_decoder_layers=1, dropout_rate=dropout_rate)
+  return T5Config(vocab_size=VOCAB_SIZE, d_model=512, num_heads=8, d_kv=64, d_ff=2048,
+                  num_encoder_layers=6, num_decoder_layers=6, dropout_rate=dropout_rate,
+                  feed_forward_proj='relu', tie_word_embeddings=True)
+
+
+def model_flops(c: T5Config, batch: int, enc_len: int, dec_len: int, gen_len: int,
+                beams: int = 1) -> dict[str, int]:
+  """Model matmul FLOPs of one train step (3 x forward) and of one decode of `gen_len` tokens.
+
+  Re-derives /work/shared/bench/t5_small_flops.py (`forward`, `decode_flops`) for any sizes; beam search
+  runs every decode step on batch * beams rows (encoder and cross-attention K/V once per input row).
+  """
+  d, inner, f, v = c.d_model, c.num_heads * c.d_kv, c.d_ff, c.vocab_size
+  proj = lambda tokens, n_in, n_out: 2 * tokens * n_in * n_out
+  te, td = batch * enc_len, batch * dec_len
+  enc_layer = (4 * proj(te, d, inner) + 4 * batch * enc_len * enc_len * inner
+               + proj(te, d, f) + proj(te, f, d))
+  dec_layer = (4 * proj(td, d, inner) + 4 * batch * dec_len * dec_len * inner
+               + 2 * proj(td, d, inner) + 2 * proj(te, d, inner)
+               + 4 * batch * dec_len * enc_len * inner + proj(td, d, f) + proj(td, f, d))
+  encoder = c.num_encoder_layers * enc_layer
+  forward = encoder + c.num_decoder_layers * dec_layer + proj(td, d, v)
+  rows = batch * beams
+  cross_kv = c.num_decoder_layers * 2 * proj(te, d, inner)
+  step_layer = (4 * proj(rows, d, inner) + 4 * rows * gen_len * inner + 2 * proj(rows, d, inner)
+                + 4 * rows * enc_len * inner + proj(rows, d, f) + proj(rows, f, d))
+  per_step = c.num_decoder_layers * step_layer + proj(rows, d, v)
+  return dict(forward=forward, train_step=3 * forward,
+              decode=encoder + cross_kv + gen_len * per_step)
+
+
+def adafactor_like_peer(learning_rate: float = 1e-3) -> optax.GradientTransformation:
+  """t2t's AdaFactor set as the peer's HF `Adafactor(lr=1e-3, scale_parameter=False,
+  relative_step=False, warmup_init=False)`: constant lr, no parameter scaling, no momentum,
+  decay 1 - t^-0.8, eps1 1e-30, update clipping 1.0, no weight decay.
+
+  Differences optax does not let us remove: HF factors the LAST two axes of every >= 2-D parameter,
+  optax the two LARGEST (here with min_dim_size_to_factor=1, so every >= 2-D one is factored too);
+  t2t's attention kernels are [d, heads, d_kv] where HF's are [heads*d_kv, d], so the factored
+  statistics differ in layout, not in cost. HF also computes each parameter's RMS every step (unused
+  without scale_parameter).
+  """
+  return optim.adafactor(learning_rate=optim.constant_schedule(learning_rate), decay_rate=0.8,
+                         clipping_threshold=1.0, momentum=None, multiply_by_parameter_scale=False,
+                         min_dim_size_to_factor=1, epsilon1=1e-30, weight_decay_rate=None)
+
+
+def _model(config: T5Config, decode_fn: Callable[..., jax.Array] = decoding.greedy_decode
+           ) -> EncoderDecoderModel:
+  vocab = seqio.PassThroughVocabulary(config.vocab_size)
+  return EncoderDecoderModel(Transformer(config), vocab, vocab, decode_fn=decode_fn)
+
+
+def _tokens(rng: np.random.Generator, shape: tuple[int, ...], vocab_size: int) -> np.ndarray:
+  return rng.integers(2, min(TOKEN_HIGH, vocab_size), size=shape, dtype=np.int32)
+
+
+def _timed(fn: Callable[[], Any], warmup: int, steps: int) -> tuple[float, list[float], list[Any]]:
+  """(first call incl. compile [s], timed step times [s], every call's result)."""
+  t0 = time.perf_counter()
+  results = [fn()]
+  first = time.perf_counter() - t0
+  for _ in range(max(warmup - 1, 0)):
+    results.append(fn())
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    results.append(fn())
+    times.append(time.perf_counter() - t0)
+  return first, times, results
+
+
+def _summary(times: Sequence[float], tokens: int, flops: int) -> dict[str, Any]:
+  med, best = statistics.median(times), min(times)
+  return dict(median_s=med, min_s=best, step_times=list(times),
+              tokens_per_s_median=tokens / med, tokens_per_s_best=tokens / best,
+              model_tflops_median=flops / med / 1e12, model_tflops_best=flops / best / 1e12)
+
+
+def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps: int,
+                warmup: int) -> dict[str, Any]:
+  """Times `Trainer.step` on random tokens [batch, enc_len] -> [batch, dec_len] (all weighted)."""
+  model = _model(config)
+  rng = np.random.default_rng(0)
+  targets = _tokens(rng, (batch, dec_len), config.vocab_size)
+  data = dict(encoder_input_tokens=_tokens(rng, (batch, enc_len), config.vocab_size),
+              decoder_target_tokens=targets,
+              decoder_input_tokens=np.pad(targets[:, :-1], ((0, 0), (1, 0))),  # start id 0
+              decoder_loss_weights=np.ones((batch, dec_len), np.float32))
+  trainer = Trainer(model, adafactor_like_peer(), Partitioner(),
+                    {k: v.shape for k, v in data.items()})
+  state = trainer.init_state()
+  nparams = sum(int(x.size) for x in jax.tree.leaves(state.params))
+  losses = []
+
+  def step():
+    nonlocal state
+    state, metrics = trainer.step(state, data)
+    jax.block_until_ready(state)
+    losses.append(float(metrics['loss']))
+
+  first, times, _ = _timed(step, warmup, steps)
+  flops = model_flops(config, batch, enc_len, dec_len, 0)['train_step']
+  return dict(**_summary(times, batch * (enc_len + dec_len), flops), compile_and_first_s=first,
+              params=nparams, losses=losses, flops_per_step=flops)
+
+
+def _no_eos(decode_fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+  """`decode_fn` whose logits have EOS at -1e9, so every row decodes the full length."""
+  def wrapped(tokens_to_logits, cache, batch_size, max_decode_length, *, rng=None):
+    def masked(tokens, c):
+      logits, c = tokens_to_logits(tokens, c)
+      return logits.at[:, decoding.EOS_ID].set(-1e9), c
+    return decode_fn(masked, cache, batch_size, max_decode_length, rng=rng)
+  return wrapped
+
+
+def bench_decode(config: T5Config, batch: int, enc_len: int, gen_len: int, beams: int, steps: int,
+                 warmup: int) -> dict[str, Any]:
+  """Times `Predictor.predict` of `gen_len` tokens for random inputs [batch, enc_len]."""
+  if beams < 1:
+    raise ValueError(f'--beams must be >= 1, got {beams}.')
+  strategy = (decoding.greedy_decode if beams == 1 else
+              functools.partial(decoding.beam_search, beam_size=beams, alpha=LENGTH_PENALTY))
+  model = _model(config, decode_fn=_no_eos(strategy))
+  rng = np.random.default_rng(0)
+  inputs = _tokens(rng, (batch, enc_len), config.vocab_size)
+  shapes = dict(encoder_input_tokens=(batch, enc_len), decoder_input_tokens=(batch, gen_len))
+  init = jax.jit(lambda key: nn.unbox(model.get_initial_variables(key, shapes)['params']))
+  params = init(jax.random.PRNGKey(0))
+  nparams = sum(int(x.size) for x in jax.tree.leaves(params))
+  predictor = Predictor(model, params, Partitioner(), batch, max_decode_length=gen_len)
+  examples = [dict(encoder_input_tokens=row) for row in inputs]
+  first, times, outs = _timed(lambda: predictor.predict(examples), warmup, steps)
+  out = np.stack(outs[-1])
+  if out.shape != (batch, gen_len) or (out == decoding.EOS_ID).any():
+    raise RuntimeError(f'Decoding did not produce {gen_len} EOS-free tokens per row: {out.shape}.')
+  flops = model_flops(config, batch, enc_len, 0, gen_len, beams)['decode']
+  return dict(**_summary(times, batch * gen_len, flops), compile_and_first_s=first,
+              params=nparams, gen_new_tokens=int(out.shape[1]), flops_per_step=flops)
+
+
+def default_peer_path() -> Path:
+  """<repo>/../shared/bench/hf_t5_peer.py."""
+  return Path(__file__).resolve().parents[1].parent / 'shared' / 'bench' / 'hf_t5_peer.py'
+
+
+def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads: int,
+             flops: int, tokens_per_gen: int | None = None, timeout_s: float = 3600.0
+             ) -> tuple[dict[str, Any] | None, str | None]:
+  """Runs the peer script; returns (its summary + raw result, None) or (None, why it did not run)."""
+  if not peer.is_file():
+    return None, f'peer script not found at {peer}'
+  missing = [m for m in ('torch', 'transformers') if importlib.util.find_spec(m) is None]
+  if missing:
+    return None, f'{" and ".join(missing)} not installed in {sys.executable}'
+  cmd = [sys.executable, str(peer), mode, '--steps', str(steps), '--warmup', str(warmup),
+         '--threads', str(threads), '--beams', str(beams)]
+  try:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+  except subprocess.TimeoutExpired:
+    return None, f'peer timed out after {timeout_s:.0f} s: {" ".join(cmd)}'
+  lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('RESULT ')]
+  if proc.returncode or not lines:
+    return None, f'peer failed (rc {proc.returncode}): {proc.stderr.strip()[-500:]}'
+  raw = json.loads(lines[-1][len('RESULT '):])
+  times = raw.get('step_times') or raw['times']
+  if mode == 'train':
+    tokens = raw['batch'] * (raw['enc_len'] + raw['dec_len'])
+  else:
+    tokens = raw['batch'] * raw['gen_new_tokens']
+  return dict(**_summary(times, tokens, flops), raw=raw), None
+
+
+def _versions() -> dict[str, str]:
+  out = dict(python=platform.python_version(), jax=jax.__version__, flax=flax.__version__,
+             optax=optax.__version__)
+  for name in ('jaxlib', 'torch', 'transformers'):
+    try:
+      out[name] = __import__(name).__version__
+    except ImportError:
+      out[name] = None
+  return out
+
+
+def pin_threads(threads: int) -> list[int]:
+  """Restricts this process (and its children) to `threads` CPUs; returns them. Call before JAX runs."""
+  if threads < 1:
+    raise ValueError(f'--threads must be >= 1, got {threads}.')
+  cpus = sorted(os.sched_getaffinity(0))
+  if threads > len(cpus):
+    raise ValueError(f'--threads {threads} exceeds the {len(cpus)} CPUs this process may use.')
+  os.sched_setaffinity(0, cpus[:threads])
+  return cpus[:threads]
+
+
+def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: int = 2,
+        batch: int = 8, enc_len: int = 512, dec_len: int = 114, gen_len: int = 64,
+        tiny: bool = False, dropout_rate: float | None = None, peer: Path | None = None,
+        no_peer: bool = False) -> dict[str, Any]:
+  """Runs one benchmark (t2t, then the peer) and returns the result dict printed as JSON.
+
+  `dropout_rate` None = the peer's (0.1 train, 0 decode); another value never runs the peer.
+  """
+  if mode not in ('train', 'decode'):
+    raise ValueError(f'mode must be "train" or "decode", got {mode!r}.')
+  for name, value in dict(steps=steps, batch=batch, enc_len=enc_len, dec_len=dec_len,
+                          gen_len=gen_len).items():
+    if value < 1:
+      raise ValueError(f'--{name.replace("_", "-")} must be >= 1, got {value}.')
+  if warmup < 1:
+    raise ValueError(f'--warmup must be >= 1 (the first call compiles), got {warmup}.')
+  peer_dropout = 0.1 if mode == 'train' else 0.0
+  config = t5_small_config(peer_dropout if dropout_rate is None else dropout_rate, tiny)
+  load_before = os.getloadavg()
+  if mode == 'train':
+    ours = bench_train(config, batch, enc_len, dec_len, steps, warmup)
+  else:
+    ours = bench_decode(config, batch, enc_len, gen_len, beams, steps, warmup)
+  load_mid = os.getloadavg()
+
+  # Only the lengths a mode uses: train has no generated tokens, decode no teacher-forced targets.
+  shapes = (dict(batch=batch, enc_len=enc_len, dec_len=dec_len) if mode == 'train' else
+            dict(batch=batch, enc_len=enc_len, gen_len=gen_len, beams=beams))
+  peer_result, peer_error = None, None
+  if no_peer:
+    peer_error = 'disabled with --no-peer'
+  elif (tiny or config.dropout_rate != peer_dropout
+        or any(shapes[k] != v for k, v in PEER_SHAPES.items() if k in shapes)):
+    peer_error = (f'the peer runs only T5-small with dropout {peer_dropout} at {PEER_SHAPES}; this '
+                  f'run has {shapes}, dropout {config.dropout_rate}{", --tiny" if tiny else ""}')
+  else:
+    peer_result, peer_error = run_peer(peer or default_peer_path(), mode, steps, warmup, beams,
+                                       threads, ours['flops_per_step'])
+
+  ratio = None
+  if peer_result is not None:
+    ratio = dict(time_median_t2t_over_peer=ours['median_s'] / peer_result['median_s'],
+                 time_min_t2t_over_peer=ours['min_s'] / peer_result['min_s'],
+                 speedup_median=peer_result['median_s'] / ours['median_s'])
+  return dict(
+      benchmark='t5_small_cpu', mode=mode, model='tiny' if tiny else 't5_1_0_small',
+      config=dict(dataclasses.asdict(config), dtype=str(config.dtype),
+                  param_dtype=str(config.param_dtype)),
+      shapes=shapes,
+      steps=steps, warmup=warmup, threads=threads, cpu_count=os.cpu_count(),
+      cpus_used=sorted(os.sched_getaffinity(0)),
+      loadavg=dict(before=load_before, after_t2t=load_mid, after_peer=os.getloadavg()),
+      versions=_versions(), flops_source='/work/shared/bench/t5_small_flops.py (re-derived)',
+      t2t=ours, peer=peer_result, peer_error=peer_error, ratio=ratio)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  ap.add_argument('mode', choices=['train', 'decode'])
+  ap.add_argument('--steps', type=int, default=5, help='timed steps')
+  ap.add_argument('--warmup', type=int, default=2, help='untimed steps (the first compiles)')
+  ap.add_argument('--beams', type=int, default=1, help='1 = greedy, else beam search (decode)')
+  ap.add_argument('--threads', type=int, default=2, help='CPUs for both t2t and the peer')
+  ap.add_argument('--batch', type=int, default=PEER_SHAPES['batch'])
+  ap.add_argument('--enc-len', type=int, default=PEER_SHAPES['enc_len'])
+  ap.add_argument('--dec-len', type=int, default=PEER_SHAPES['dec_len'])
+  ap.add_argument('--gen-len', type=int, default=PEER_SHAPES['gen_len'], help='decoded tokens')
+  ap.add_argument('--tiny', action='store_true', help='a tiny model (tests); implies no peer')
+  ap.add_argument('--dropout', type=float, default=None,
+                  help="default: the peer's, 0.1 train / 0 decode; another value skips the peer")
+  ap.add_argument('--peer', type=Path, default=None, help=f'default: {default_peer_path()}')
+  ap.add_argument('--no-peer', action='store_true')
+  args = ap.parse_args(argv)
+  pin_threads(args.threads)
+  import tensorflow as tf  # already imported by seqio; its pools are not created yet
+  tf.config.threading.set_intra_op_parallelism_threads(1)
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+  result = run(args.mode, steps=args.steps, warmup=args.warmup, beams=args.beams,
+               threads=args.threads, batch=args.batch, enc_len=args.enc_len, dec_len=args.dec_len,
+               gen_len=args.gen_len, tiny=args.tiny, dropout_rate=args.dropout, peer=args.peer, no_peer=args.no_peer)
+  print(json.dumps(result))
+
+
+if __name__ == '__main__':
+  main()

@@ -137,6 +137,21 @@ def _is_unset(macro: str) -> bool:
     return True
 
 
+def _put_search_paths_first(search_paths: Sequence[str]) -> None:
+  """Makes gin try t2t's search paths before its own '' (current directory) prefix.
+
+  gin's resource reader takes the first component of a relative include as a Python package
+  name; a directory such as `runs/` in the current directory then makes it crash on
+  `include 'runs/pretrain.gin'`. Trying our directories first finds the file before that.
+  (`gin.add_config_file_search_path` can only append, hence the direct edit.)
+  """
+  prefixes = gin.config._LOCATION_PREFIXES  # pylint: disable=protected-access
+  for path in reversed(list(search_paths)):
+    if path in prefixes:
+      prefixes.remove(path)
+    prefixes.insert(0, path)
+
+
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
               imports: Sequence[str] = DEFAULT_GIN_IMPORTS,
               extra_search_paths: Sequence[str] = ()) -> None:
@@ -150,8 +165,7 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
   for module in imports:
     importlib.import_module(module)
   search_paths = [*extra_search_paths, *gin_search_paths()]
-  for path in search_paths:
-    gin.add_config_file_search_path(path)
+  _put_search_paths_first(search_paths)
   resolved = [str(resolve_gin_file(f, search_paths)) for f in gin_files]
   try:
     gin.parse_config_files_and_bindings(resolved, list(gin_bindings), finalize_config=False)

@@ -72,3 +72,14 @@ def test_write_operative_config(tmp_path):
   assert fn() == 7
   path = config.write_operative_config(str(tmp_path / "model"))
   assert "fn.a = 7" in open(path).read()
+
+
+def test_includes_resolve_when_the_current_directory_has_a_runs_folder(tmp_path, monkeypatch):
+  # A `runs/` (or `models/`) directory in cwd used to make gin's resource reader crash on
+  # `include 'runs/...'`, e.g. after the demo wrote runs/bbc_demo.
+  (tmp_path / "runs" / "bbc_demo").mkdir(parents=True)
+  (tmp_path / "models").mkdir()
+  monkeypatch.chdir(tmp_path)
+  config.parse_gin(["experiments/bbc_demo/finetune.gin"],
+                   ["MODEL_DIR = '/tmp/m'", "INITIAL_CHECKPOINT_PATH = None"])
+  assert gin.query_parameter("%MIXTURE_OR_TASK_NAME") == "bbc_topic"

@@ -50,3 +50,28 @@ def test_variant_trains_from_gin(variant, tmp_path):
   # on target tokens only (num_tokens counts targets, not the concatenated inputs).
   assert math.isfinite(records[0]['loss']) and 3.0 < records[0]['loss'] < 20.0
   assert 0 < records[0]["num_tokens"] <= 4 * 40  # at most the targets of 4 rows of 32 + 8
+
+
+def test_prefix_lm_evaluates_through_t2t_eval(tmp_path):
+  """A decoder-only model goes through `t2t.eval` too: prompt prefill, greedy decode, metrics."""
+  model_dir = str(tmp_path / 'prefix_lm')
+  lengths = '--gin.TASK_FEATURE_LENGTHS={"inputs": 32, "targets": 4}'
+  _train('--gin_file=experiments/variants/prefix_lm.gin', f'--gin.MODEL_DIR={model_dir}',
+         '--gin.MIXTURE_OR_TASK_NAME=bbc_topic', *TINY[:-1], lengths)
+  eval_gin = tmp_path / 'eval.gin'
+  eval_gin.write_text("include 'models/variants/prefix_lm.gin'\n"
+                      "include 'experiments/variants/tiny.gin'\n"
+                      "include 'runs/eval.gin'\n"
+                      "T5Config.num_decoder_layers = 2\n"  # as experiments/variants/prefix_lm.gin
+                      "MIXTURE_OR_TASK_NAME = 'bbc_topic'\n")
+  env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3', 'JAX_PLATFORMS': 'cpu'}
+  out = subprocess.run(
+      [sys.executable, '-m', 't2t.eval', f'--gin_file={eval_gin}', *TINY[:4], lengths,
+       f'--gin.CHECKPOINT_PATH={model_dir}', f'--gin.EVAL_OUTPUT_DIR={tmp_path / "eval"}',
+       '--gin.EVAL_NUM_EXAMPLES=8', '--gin.EVAL_BATCH_SIZE=4'],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-4000:]
+  metrics = json.load(open(tmp_path / 'eval' / 'metrics.json'))['metrics']['bbc_topic']
+  assert 0.0 <= metrics['accuracy'] <= 100.0
+  rows = [json.loads(l) for l in open(tmp_path / 'eval' / 'bbc_topic.validation.predictions.jsonl')]
+  assert len(rows) == 8 and all(isinstance(r['prediction'], str) for r in rows)

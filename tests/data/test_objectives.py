@@ -290,19 +290,6 @@ def test_span_corruption_rejects_bad_settings(kwargs, match):
     objectives.span_corruption(_token_dataset([[5, 6, 7]]), output_features=features, **args)
 
 
-def test_plumbing_helpers():
-  with seqio.utils.map_seed_manager(2):
-    chunks = objectives.select_random_chunk(_token_dataset([list(range(3, 13)), []]), max_length=4)
-  (chunk,) = [c["targets"].tolist() for c in chunks.as_numpy_iterator()]
-  assert chunk in ([3, 4, 5, 6], [7, 8, 9, 10], [11, 12])
-  merged = objectives.reduce_concat_tokens(_token_dataset([[3, 4], [5], [6, 7, 8]]), batch_size=2)
-  assert [m["targets"].tolist() for m in merged.as_numpy_iterator()] == [[3, 4, 5], [6, 7, 8]]
-  split = objectives.split_tokens(_token_dataset([list(range(3, 10))]), max_tokens_per_segment=3)
-  assert [s["targets"].tolist() for s in split.as_numpy_iterator()] == [[3, 4, 5], [6, 7, 8], [9]]
-  with pytest.raises(ValueError, match="min_tokens_per_segment"):
-    objectives.split_tokens(_token_dataset([[3]]), max_tokens_per_segment=3, min_tokens_per_segment=5)
-
-
 # --- every row of the paper's Table 3, with a word-level vocabulary and fixed masks ----------------
 
 
@@ -486,21 +473,6 @@ def test_text_formats_for_decoder_only_and_prefix_lm():
   (lm,) = objectives.decoder_only_text_format(ds).as_numpy_iterator()
   assert set(lm) == {"targets"}
   assert lm["targets"].decode() == "translate English to German: That is good. target: Das ist gut."
-
-
-def test_truncate_and_repeat_corpus():
-  docs = _token_dataset([[3, 4, 5], [6, 7], [], [8, 9, 10, 11], [12]])
-  truncated = [x["targets"].tolist() for x in objectives.truncate_corpus(docs, 7).as_numpy_iterator()]
-  assert truncated == [[3, 4, 5], [6, 7], [8, 9]]
-  infinite = objectives.truncate_corpus(docs.repeat(), 12)
-  assert sum(len(x["targets"]) for x in infinite.as_numpy_iterator()) == 12
-  assert sum(len(x["targets"]) for x in objectives.truncate_corpus(docs, 100).as_numpy_iterator()) == 10
-  repeated = objectives.repeat_corpus(objectives.truncate_corpus(docs, 4), 3)
-  assert [x["targets"].tolist() for x in repeated.as_numpy_iterator()] == [[3, 4, 5], [6]] * 3
-  with pytest.raises(ValueError, match="max_tokens"):
-    objectives.truncate_corpus(docs, 0)
-  with pytest.raises(ValueError, match="num_repeats"):
-    objectives.repeat_corpus(docs, 0)
 
 
 def test_objective_knobs_are_gin_configurable():

@@ -16,18 +16,26 @@ if __name__ == "__main__":
   from t2t import cli
   cli.run_module("t2t.eval")
 
+import contextlib
 import json
 import os
-from typing import Any, Mapping, Sequence
+import traceback
+from typing import Any, Iterator, Mapping, Sequence
 
 import gin
 import numpy as np
 import seqio
 
-from t2t.data import registry
+from t2t.data import postprocessors, registry
 from t2t.training import inputs, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
+
+
+class TaskEvaluationError(Exception):
+  """Computing a task's metrics failed for a reason other than bad input (the cause is chained).
+
+  Deliberately not a ValueError: the CLI prints a traceback for it, with seqio's cause."""
 
 
 @gin.configurable
@@ -44,36 +52,139 @@ def evaluate(*,
   """Evaluates `checkpoint_path` on `split` of every task; returns {task: {metric: value}}.
 
   `task_feature_lengths=None` measures the longest example of each task (nothing truncated).
+  Every kind of seqio metric is served: predict metrics get the greedy decodes, score metrics
+  the targets' log-likelihoods, predict-with-aux metrics the decodes and aux
+  {'scores': each decode's log-likelihood}. A prediction that a task's postprocessor cannot
+  handle counts as wrong (and is reported); it never stops the run.
   """
   inputs.limit_tf_threads()
-  registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), split)
-  evaluator = seqio.Evaluator(
-      mixture_or_task_name, model.feature_converter_cls(pack=False), eval_split=split,
-      sequence_length=dict(task_feature_lengths) if task_feature_lengths else None,
-      num_examples=num_examples, use_memory_cache=True)
-  if not evaluator.eval_tasks:
-    raise ValueError(f"'{mixture_or_task_name}' has no task with metrics and a '{split}' split "
-                     "to evaluate.")
-  shapes = {k: (batch_size, *v) for k, v in evaluator.model_feature_shapes.items()}
-  predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner, batch_size)
-  reporting.announce(f"Evaluating {checkpoint_path} (step {predictor.step}) on "
-                     f"{mixture_or_task_name}.")
-  future, outputs = evaluator.evaluate(compute_metrics=True, step=predictor.step,
-                                       predict_fn=predictor.seqio_predict_fn,
-                                       score_fn=predictor.seqio_score_fn)
-  results = {task: {k: _scalar(v) for k, v in metrics.items()}
-             for task, metrics in future.result().items()}
-
-  os.makedirs(output_dir, exist_ok=True)
-  with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-    json.dump({"checkpoint": os.path.abspath(checkpoint_path), "step": predictor.step,
-               "split": split, "metrics": results}, f, indent=2)
-  for task in evaluator.eval_tasks:
-    tokens = outputs[task.name].get(seqio.metrics.ModelOutputType.PREDICTION)
-    if tokens is not None:
-      _write_predictions(task, evaluator.cached_task_datasets[task.name], tokens,
+  provider = registry.get_mixture_or_task(mixture_or_task_name)
+  registry.check_split_readable(provider, split)
+  tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
+  with postprocessing_guard(tasks) as invalid:
+    try:
+      evaluator = seqio.Evaluator(
+          mixture_or_task_name, model.feature_converter_cls(pack=False), eval_split=split,
+          sequence_length=dict(task_feature_lengths) if task_feature_lengths else None,
+          num_examples=num_examples, use_memory_cache=True)
+      _check_tasks_to_evaluate(mixture_or_task_name, split, tasks, evaluator)
+      shapes = {k: (batch_size, *v) for k, v in evaluator.model_feature_shapes.items()}
+      predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner,
+                                            batch_size)
+      reporting.announce(f"Evaluating {checkpoint_path} (step {predictor.step}) on "
+                         f"{mixture_or_task_name}.")
+      future, outputs = evaluator.evaluate(
+          compute_metrics=True, step=predictor.step, predict_fn=predictor.seqio_predict_fn,
+          score_fn=predictor.seqio_score_fn,
+          predict_with_aux_fn=predictor.seqio_predict_with_aux_fn)
+      task_metrics = future.result()
+    except ValueError as e:
+      if isinstance(e.__cause__, BadTargetError):
+        raise e.__cause__ from None
+      if e.__cause__ is not None and str(e).startswith("Failed to evaluate task"):
+        # A metric's own failure. The cause's traceback goes into the message too: gin re-raises
+        # errors from configurables without their chain.
+        cause = "".join(traceback.format_exception(e.__cause__))
+        raise TaskEvaluationError(f"{e}\n\nCaused by:\n{cause}") from e.__cause__
+      raise
+    for task_name, failed in invalid.items():  # counted while the metrics were computed
+      reporting.announce(f"{task_name}: {len(failed)} prediction(s) could not be postprocessed "
+                         "and were counted as wrong.")
+    results = {task: {k: _scalar(v) for k, v in metrics.items()}
+               for task, metrics in task_metrics.items()}
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
+      json.dump({"checkpoint": os.path.abspath(checkpoint_path), "step": predictor.step,
+                 "split": split, "metrics": results}, f, indent=2)
+    for task in evaluator.eval_tasks:
+      _write_predictions(task, evaluator.cached_task_datasets[task.name], outputs[task.name],
                          os.path.join(output_dir, f"{task.name}.{split}.predictions.jsonl"))
   return results
+
+
+def _check_tasks_to_evaluate(name: str, split: str, tasks: Sequence[seqio.Task],
+                             evaluator: seqio.Evaluator) -> None:
+  """Refuses a run with nothing to evaluate; announces the tasks a mixture leaves out."""
+  evaluated = {t.name for t in evaluator.eval_tasks}
+  skipped = []
+  for task in tasks:
+    if task.name in evaluated:
+      continue
+    reason = (f"has no '{split}' split" if split not in task.splits else
+              "has no metric_fns")
+    skipped.append(f"'{task.name}' {reason}")
+  if not evaluated:
+    raise ValueError(f"Nothing to evaluate in '{name}' on split '{split}': "
+                     + "; ".join(skipped) + ". Give the task metric_fns or choose another "
+                     "EVAL_SPLIT.")
+  for line in skipped:
+    reporting.announce(f"Not evaluated: task {line}.")
+
+
+class BadTargetError(ValueError):
+  """A task's postprocessor failed on one of its own targets: the task is at fault."""
+
+
+_INVALID_BY_TYPE = ((bool, None), (str, postprocessors.INVALID_LABEL),
+                    ((int, np.integer), -1), ((float, np.floating), postprocessors.INVALID_SCORE))
+
+
+def _invalid_like(target: Any) -> Any:
+  """The value a failed prediction becomes: never equal to `target` for a classifier.
+
+  Labels map to INVALID_LABEL, class ids to -1 and scores to INVALID_SCORE, as the task's own
+  postprocessors do with an invalid output; a boolean target gets its negation.
+  """
+  for types, value in _INVALID_BY_TYPE:
+    if isinstance(target, types):
+      return (not target) if value is None else value
+  return postprocessors.INVALID_LABEL
+
+
+@contextlib.contextmanager
+def postprocessing_guard(tasks: Sequence[seqio.Task]) -> Iterator[dict[str, set]]:
+  """Within the block, a prediction that makes a task's postprocessor raise counts as wrong.
+
+  Yields {task name: the set of (input, prediction) pairs that failed}. A postprocessor that
+  raises on a *target* is the task's own fault: a BadTargetError names the task and the target.
+  """
+  invalid: dict[str, set[tuple[str, str]]] = {}
+  originals = {task.name: task._postprocess_fn for task in tasks}  # pylint: disable=protected-access
+
+  def guarded(task_name, fn):
+    def postprocess(output, example=None, is_target=False, **kwargs):
+      try:
+        return fn(output, example=example, is_target=is_target, **kwargs)
+      except Exception as e:  # pylint: disable=broad-except
+        if is_target:
+          raise BadTargetError(f"Task '{task_name}': its postprocessor fails on the target "
+                               f"{output!r}: {type(e).__name__}: {e}") from e
+      example = example if example is not None else {}
+      # seqio postprocesses once per metric: count each (input, prediction) once.
+      source = example.get("inputs_pretokenized", example.get("inputs"))
+      invalid.setdefault(task_name, set()).add((repr(np.asarray(source).tolist()), repr(output)))
+      target = example.get("targets_pretokenized")
+      try:
+        target = fn(target, example=example, is_target=True, **kwargs)
+      except Exception:  # pylint: disable=broad-except
+        target = None
+      return _invalid_like(target)
+    return postprocess
+
+  # seqio keeps the postprocessor in `Task._postprocess_fn` and copies it into the cached
+  # `Task.metric_objs`; both are swapped for the block and restored after it.
+  def install(task, fn):
+    task._postprocess_fn = fn  # pylint: disable=protected-access
+    task.__dict__.pop("metric_objs", None)
+
+  try:
+    for task in tasks:
+      if originals[task.name] is not None:
+        install(task, guarded(task.name, originals[task.name]))
+    yield invalid
+  finally:
+    for task in tasks:
+      install(task, originals[task.name])
 
 
 def _scalar(value: Any) -> Any:
@@ -91,17 +202,28 @@ def _text(example: Mapping[str, Any], feature: str, task: seqio.Task) -> str:
   return task.output_features[feature].vocabulary.decode([int(t) for t in example[feature]])
 
 
-def _write_predictions(task: seqio.Task, dataset, tokens: Sequence[Sequence[int]],
-                       path: str) -> None:
+def _write_predictions(task: seqio.Task, dataset, outputs: Mapping[Any, Any], path: str) -> None:
+  """One JSON line per example: inputs, target, and what the model produced for each metric
+  type the task uses (decoded prediction and its postprocessed value, target score, aux)."""
+  types = seqio.metrics.ModelOutputType
+  tokens, aux = outputs.get(types.PREDICTION), {}
+  if types.PREDICTION_WITH_AUX in outputs:
+    tokens, aux = outputs[types.PREDICTION_WITH_AUX]
+  scores = outputs.get(types.SCORE)
   vocab = task.output_features["targets"].vocabulary
   with open(path, "w") as f:
-    for example, ids in zip(dataset.as_numpy_iterator(), tokens):
-      prediction = vocab.decode([int(t) for t in ids])
+    for i, example in enumerate(dataset.as_numpy_iterator()):
       record = {"inputs": _text(example, "inputs", task) if "inputs" in example else None,
-                "target": _text(example, "targets", task),
-                "prediction": prediction,
-                "postprocessed": _jsonable(task.postprocess_fn(prediction, example=example,
-                                                               is_target=False))}
+                "target": _text(example, "targets", task)}
+      if tokens is not None:
+        prediction = vocab.decode([int(t) for t in tokens[i]])
+        record["prediction"] = prediction
+        record["postprocessed"] = _jsonable(task.postprocess_fn(prediction, example=example,
+                                                                is_target=False))
+      if scores is not None:
+        record["score"] = float(scores[i])
+      for key, values in aux.items():
+        record[f"aux_{key}"] = _jsonable(np.asarray(values[i]).tolist())
       f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 

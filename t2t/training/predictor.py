@@ -76,10 +76,25 @@ class Predictor:
       out.extend(float(s) for s in np.asarray(scores[:n]))
     return out
 
-  def seqio_predict_fn(self, dataset: tf.data.Dataset) -> list[tuple[int, list[int]]]:
-    """seqio.Evaluator's predict_fn: dataset of (index, features) -> [(index, token ids)]."""
+  def seqio_predict_fn(self, dataset: tf.data.Dataset) -> list[tuple[int, np.ndarray]]:
+    """seqio.Evaluator's predict_fn: dataset of (index, features) -> [(index, tokens [L])].
+
+    Every prediction of a task is an int32 array of the same length L (the decode length), EOS
+    then zeros after the last real token: the form seqio's Evaluator stacks into one array and
+    decodes with the task's vocabulary (which stops at EOS), as seqio's own models return it.
+    """
     indices, features = _split_indexed(dataset)
-    return [(i, _strip(t)) for i, t in zip(indices, self.predict(features))]
+    return list(zip(indices, self.predict(features)))
+
+  def seqio_predict_with_aux_fn(
+      self, dataset: tf.data.Dataset
+  ) -> tuple[list[tuple[int, np.ndarray]], dict[str, np.ndarray]]:
+    """seqio's predict_with_aux_fn: predictions as above, and aux {'scores': [n]}: each
+    prediction's log-likelihood under the model (what t5x reports with its decodes)."""
+    indices, features = _split_indexed(dataset)
+    tokens = self.predict(features)
+    scores = self.score([_as_targets(f, t) for f, t in zip(features, tokens)])
+    return list(zip(indices, tokens)), {"scores": np.asarray(scores, np.float32)}
 
   def seqio_score_fn(self, dataset: tf.data.Dataset) -> list[tuple[int, float]]:
     indices, features = _split_indexed(dataset)
@@ -98,9 +113,24 @@ def _stack(examples: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
   return {k: np.stack([ex[k] for ex in examples]) for k in examples[0]}
 
 
-def _strip(tokens: np.ndarray, eos_id: int = 1) -> list[int]:
-  """Token ids up to (not including) the first EOS, without padding."""
-  ids = [int(t) for t in tokens]
-  if eos_id in ids:
-    ids = ids[:ids.index(eos_id)]
-  return [t for t in ids if t != 0]
+def _as_targets(features: Mapping[str, np.ndarray], tokens: np.ndarray,
+                eos_id: int = 1) -> dict[str, np.ndarray]:
+  """An encoder-decoder example whose targets are `tokens` (a prediction), to score it.
+
+  `tokens` [L] ends at its first EOS (included); the decoder inputs are the targets shifted
+  right behind the start id 0, and the loss weights cover the tokens up to that EOS.
+  """
+  if "encoder_input_tokens" not in features or "decoder_target_tokens" not in features:
+    raise ValueError("Scoring predictions (seqio predict-with-aux metrics) needs an "
+                     "encoder-decoder model whose batches carry decoder_target_tokens; this "
+                     f"model's features are {sorted(features)}.")
+  length = features["decoder_target_tokens"].shape[0]
+  targets = np.zeros(length, np.int32)
+  tokens = np.asarray(tokens, np.int32)[:length]
+  targets[:len(tokens)] = tokens
+  eos = np.flatnonzero(targets == eos_id)
+  end = int(eos[0]) + 1 if len(eos) else int(np.count_nonzero(targets))
+  targets[end:] = 0
+  inputs = np.concatenate([[0], targets[:-1]]).astype(np.int32)
+  return {**features, "decoder_target_tokens": targets, "decoder_input_tokens": inputs,
+          "decoder_loss_weights": (np.arange(length) < end).astype(np.int32)}

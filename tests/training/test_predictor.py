@@ -1,5 +1,6 @@
 """Tests for t2t/training/predictor.py: batched decoding and scoring from a checkpoint."""
 import numpy as np
+import pytest
 import seqio
 
 from t2t import train as train_lib
@@ -8,9 +9,23 @@ from t2t.training.predictor import Predictor
 from tests.training import toy
 
 
-def test_strip_cuts_at_eos_and_drops_padding():
-  assert predictor._strip(np.array([5, 6, 1, 7, 0])) == [5, 6]
-  assert predictor._strip(np.array([5, 0, 0])) == [5]
+def test_as_targets_scores_a_prediction_up_to_its_eos():
+  features = {"encoder_input_tokens": np.array([7, 8, 1, 0], np.int32),
+              "decoder_target_tokens": np.zeros(5, np.int32),
+              "decoder_input_tokens": np.zeros(5, np.int32)}
+  out = predictor._as_targets(features, np.array([5, 6, 1, 0, 0]))
+  np.testing.assert_array_equal(out["decoder_target_tokens"], [5, 6, 1, 0, 0])
+  np.testing.assert_array_equal(out["decoder_input_tokens"], [0, 5, 6, 1, 0])
+  np.testing.assert_array_equal(out["decoder_loss_weights"], [1, 1, 1, 0, 0])
+  # A prediction that never stopped is scored over its whole length.
+  out = predictor._as_targets(features, np.array([5, 6, 7, 8, 9]))
+  np.testing.assert_array_equal(out["decoder_loss_weights"], [1, 1, 1, 1, 1])
+  np.testing.assert_array_equal(out["encoder_input_tokens"], [7, 8, 1, 0])
+
+
+def test_as_targets_refuses_a_model_without_encoder_decoder_features():
+  with pytest.raises(ValueError, match="encoder-decoder"):
+    predictor._as_targets({"decoder_target_tokens": np.zeros(3, np.int32)}, np.array([1, 0, 0]))
 
 
 def test_predict_and_score_pad_the_last_batch_and_keep_order(tmp_path):
@@ -33,3 +48,29 @@ def test_predict_and_score_pad_the_last_batch_and_keep_order(tmp_path):
   # Order is kept: scoring examples one by one gives the same numbers.
   single = Predictor(model, pred.params, pred.partitioner, batch_size=4)
   np.testing.assert_allclose([single.score([f])[0] for f in features[4:]], scores[4:], rtol=1e-5)
+
+
+def test_seqio_predict_fns_return_fixed_length_arrays_in_index_order(tmp_path):
+  """seqio stacks each task's predictions with np.array: they must share one length."""
+  toy.register()
+  model = toy.model()
+  train_lib.train(model=model, mixture_or_task_name=toy.TASK, task_feature_lengths=toy.LENGTHS,
+                  train_steps=1, model_dir=str(tmp_path), batch_size=4,
+                  optimizer=optim.adafactor(learning_rate=0.01))
+  converter = seqio.EncDecFeatureConverter(pack=False)
+  shapes = {k: (4, v) for k, v in converter.get_model_feature_lengths(toy.LENGTHS).items()}
+  pred = Predictor.from_checkpoint(model, str(tmp_path), shapes, batch_size=4)
+  task_ds = seqio.get_mixture_or_task(toy.TASK).get_dataset(
+      toy.LENGTHS, split="validation", shuffle=False).take(5)
+  indexed = converter(task_ds, toy.LENGTHS).enumerate()
+  out = pred.seqio_predict_fn(indexed)
+  assert [i for i, _ in out] == list(range(5))
+  stacked = np.array([t for _, t in out])  # what seqio's Evaluator does
+  assert stacked.shape == (5, 16) and stacked.dtype == np.int32
+  out_aux, aux = pred.seqio_predict_with_aux_fn(indexed)
+  np.testing.assert_array_equal(np.array([t for _, t in out_aux]), stacked)
+  # The aux score of each prediction is its log-likelihood: rescoring it by hand agrees.
+  features = list(converter(task_ds, toy.LENGTHS).as_numpy_iterator())
+  by_hand = pred.score([predictor._as_targets(f, t) for f, (_, t) in zip(features, out)])
+  np.testing.assert_allclose(aux["scores"], by_hand, rtol=1e-6)
+  assert np.all(aux["scores"] <= 0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import flax.linen as nn
+import gin
 import jax
 import jax.numpy as jnp
 
@@ -103,6 +104,7 @@ class MLPClassifier(nn.Module):
     return _dense(self.num_outputs, ('mlp', 'classes'), 'output')(h)
 
 
+@gin.configurable
 class ClassifierHead(nn.Module):
   """Pool the encoder states (of one sentence, or of two and combine them), then classify.
 
@@ -111,6 +113,9 @@ class ClassifierHead(nn.Module):
   as [u; v; |u-v|; u*v] (`combine_pair`). `pair_interaction` (e.g. bilstm.CrossSentenceAttention)
   maps (a, valid_a, b, valid_b) -> (a', b') before pooling. `classifier='linear'` is a plain
   linear layer (a logistic-regression probe, Peters et al. 2019 §5 diagnostic classifiers).
+
+  The regression head (STS-B; jiant's is its classifier with one output trained with MSE,
+  PAPERS.md §6) is `regression=True`: one output, returned as a [b] score.
   """
   num_outputs: int
   hidden_dim: int = 512
@@ -119,12 +124,15 @@ class ClassifierHead(nn.Module):
   projection_dim: int = 512  # jiant's d_proj, for pooling='projected_max'
   classifier: str = 'mlp'
   pair_interaction: nn.Module | None = None
+  regression: bool = False
 
   @nn.compact
   def __call__(self, states_a: Array, valid_a: Array, states_b: Array | None = None,
                valid_b: Array | None = None, enable_dropout: bool = False) -> Array:
     if self.pooling not in POOLINGS:
       raise ValueError(f'Unknown pooling {self.pooling!r}; choose one of {POOLINGS}.')
+    if self.regression and self.num_outputs != 1:
+      raise ValueError(f'A regression head has one output, got num_outputs={self.num_outputs}.')
     if self.classifier not in CLASSIFIERS:
       raise ValueError(f'Unknown classifier {self.classifier!r}; choose one of {CLASSIFIERS}.')
     if states_b is not None and self.pair_interaction is not None:
@@ -135,18 +143,8 @@ class ClassifierHead(nn.Module):
     if states_b is not None:
       features = combine_pair(features, pool(project(states_b), valid_b, self.pooling))
     if self.classifier == 'linear':
-      return _dense(self.num_outputs, ('embed', 'classes'), 'output')(features)
-    return MLPClassifier(self.num_outputs, self.hidden_dim, self.dropout_rate, name='mlp')(
-        features, enable_dropout)
-
-
-class RegressionHead(ClassifierHead):
-  """`ClassifierHead` with one output, returned as a [b] score (STS-B style; jiant's regression
-  head is its classifier with a single output trained with MSE, PAPERS.md §6)."""
-  num_outputs: int = 1
-
-  def __call__(self, states_a: Array, valid_a: Array, states_b: Array | None = None,
-               valid_b: Array | None = None, enable_dropout: bool = False) -> Array:
-    if self.num_outputs != 1:
-      raise ValueError(f'RegressionHead has one output, got num_outputs={self.num_outputs}.')
-    return super().__call__(states_a, valid_a, states_b, valid_b, enable_dropout)[:, 0]
+      outputs = _dense(self.num_outputs, ('embed', 'classes'), 'output')(features)
+    else:
+      outputs = MLPClassifier(self.num_outputs, self.hidden_dim, self.dropout_rate, name='mlp')(
+          features, enable_dropout)
+    return outputs[:, 0] if self.regression else outputs

@@ -76,6 +76,8 @@ def test_pair_head_and_logical_axes():
 
 
 def test_regression_head_returns_one_score_per_example():
-  head = heads.RegressionHead(hidden_dim=4, classifier='linear')
+  head = heads.ClassifierHead(num_outputs=1, regression=True, hidden_dim=4)
   variables = nn.unbox(head.init(jax.random.PRNGKey(0), STATES, VALID))
   assert head.apply(variables, STATES, VALID).shape == (2,)
+  with pytest.raises(ValueError, match='one output'):
+    heads.ClassifierHead(num_outputs=2, regression=True).init(jax.random.PRNGKey(0), STATES, VALID)

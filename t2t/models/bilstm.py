@@ -54,7 +54,8 @@ class BiLSTMConfig:
 def reverse_valid(x: Array, lengths: Array) -> Array:
   """Reverses each row's first `lengths[row]` steps and leaves its padding in place.
 
-  x [b, l, ...], lengths [b] -> [b, l, ...]; its own inverse. [[1, 2, 3, 0]] (length 3) -> [[3, 2, 1, 0]].
+  x [b, l, ...], lengths [b] -> [b, l, ...]; its own inverse: [[1, 2, 3, 0]] with length 3 ->
+  [[3, 2, 1, 0]].
   """
   steps = jnp.arange(x.shape[1])[None, :]
   index = jnp.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)

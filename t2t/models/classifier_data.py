@@ -5,9 +5,9 @@
   `functools.partial(postprocessors.classification, labels=(...))` (every GLUE/SuperGLUE
   classification task in tasks/), else from the distinct target strings of its `train` split,
   sorted (e.g. `bbc_topic`: business, entertainment, politics, sports, tech).
-- Sentence pairs: T5's formats write both sentences into one input ("mrpc sentence1: A sentence2: B",
-  T5 Appendix D; PAPERS.md §5). `split_pair` cuts it at the first pair marker of a priority list
-  (`DEFAULT_PAIR_MARKERS`) that follows another field ("cola sentence: A" is not a pair: nothing
+- Sentence pairs: T5's formats write both sentences into one input
+  ("mrpc sentence1: A sentence2: B", T5 Appendix D; PAPERS.md §5). `split_pair` cuts it at the
+  first pair marker of a priority list (`DEFAULT_PAIR_MARKERS`) that follows another field ("cola sentence: A" is not a pair: nothing
   before 'sentence:' names a field).
 - `ClassifierFeatureConverter`: a seqio FeatureConverter emitting 2-D model features:
   encoder_input_tokens [b, l] (the input; sentence A for 'separate'; [CLS] A [SEP] B [SEP] for
@@ -164,8 +164,9 @@ def task_is_pair(task: seqio.Task, markers: Sequence[str], num_examples: int = 1
 
 # ------------------------------------------------------------------ the feature converter
 def _fit(tokens: tf.Tensor, length: int) -> tf.Tensor:
+  """Trims or zero-pads a 1-D sequence to `length`, with that static shape (the Evaluator reads it)."""
   tokens = tokens[:length]
-  return tf.pad(tokens, [[0, length - tf.shape(tokens)[0]]])
+  return tf.ensure_shape(tf.pad(tokens, [[0, length - tf.shape(tokens)[0]]]), [length])
 
 
 class ClassifierFeatureConverter(seqio.FeatureConverter):
@@ -256,8 +257,9 @@ class ClassifierFeatureConverter(seqio.FeatureConverter):
         ok, out[LABEL_FEATURE] = label >= 0, tf.reshape(label, [1])
         what = f'is not one of the labels {list(self.labels)}'
       if strict:
-        check = tf.debugging.Assert(ok, [f"ClassifierModel: a training target of '{self.task_name}'",
-                                         target, what + '. Fix the data or ClassifierModel.labels.'])
+        check = tf.debugging.Assert(ok, [
+            f"ClassifierModel: a training target of '{self.task_name}'", target,
+            what + '. Fix the data or ClassifierModel.labels.'])
         with tf.control_dependencies([check]):
           out = {k: tf.identity(v) for k, v in out.items()}
       return out

@@ -1,7 +1,7 @@
 """Task heads for the classifier baselines: pooling, jiant's MLP classifier, the sentence-pair
 combination, a regression head, and ELMo's scalar mix over an encoder's layers.
 
-Shapes: b = batch, l = length, d = hidden width, n = number of outputs (labels, or 1 for regression).
+Shapes: b = batch, l = length, d = hidden width, n = outputs (labels, or 1 for regression).
 `valid` masks are [b, l] booleans (True at real tokens; padding id 0 -> False).
 
 Parameters carry logical axis names: `embed` (the encoder width), `mlp` (the head's hidden width),

@@ -31,7 +31,7 @@ class T5EncoderStates(nn.Module):
     c = self.config
     if c.scan_layers:
       raise ValueError('T5EncoderStates needs each layer\'s output: set T5Config.scan_layers = '
-                       'False (the parameter paths are then encoder/layers_{i}, as in checkpoints).')
+                       'False (parameter paths are then encoder/layers_{i}, as in checkpoints).')
     self.token_embedder = layers.Embed(num_embeddings=c.vocab_size, features=c.d_model,
                                        embedding_init=nn.initializers.normal(stddev=1.0),
                                        dtype=c.dtype, param_dtype=c.param_dtype)

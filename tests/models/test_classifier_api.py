@@ -71,6 +71,12 @@ def _features(model, task, split='validation', repeat=False, length=24):
   return [ex for ex in ds.take(len(PAIRS) + 1).as_numpy_iterator()]
 
 
+def _init(model, shape):
+  """Unboxed initial parameters (jitted: eager Flax is slow on a busy CPU)."""
+  init = jax.jit(lambda rng: model.get_initial_variables(rng, {'encoder_input_tokens': shape}))
+  return nn.unbox(init(jax.random.PRNGKey(0))['params'])
+
+
 def _batch(examples):
   return {k: np.stack([ex[k] for ex in examples]) for k in examples[0]}
 
@@ -105,8 +111,7 @@ def test_label_round_trip_through_converter_and_predict_batch():
   assert batch[data.LABEL_FEATURE].tolist() == [[0], [1], [0]]
   assert batch['encoder_input_tokens'].shape == batch['encoder_pair_tokens'].shape == (3, 24)
   assert VOCAB.decode(batch['encoder_pair_tokens'][0].tolist()) == 'Shares dropped.'
-  params = nn.unbox(model.get_initial_variables(jax.random.PRNGKey(0),
-                                                {'encoder_input_tokens': (3, 24)})['params'])
+  params = _init(model, (3, 24))
   assert set(params) == {'embedder', 'encoder', 'head'}
   # Force the prediction through the output layer: logits (-50, 50), label 1, everywhere.
   output = params['head']['mlp']['output']
@@ -118,9 +123,9 @@ def test_label_round_trip_through_converter_and_predict_batch():
   assert all(t[list(t).index(1) + 1:].sum() == 0 for t in tokens)  # EOS, then zeros
   with pytest.raises(data.ClassifierDataError, match="'not_equivalent' does not survive"):
     data.label_token_table(['not_equivalent'], VOCAB)  # no '_' in the BBC vocabulary
-  loss, metrics = model.loss_fn(params, batch, jax.random.PRNGKey(1))
+  loss, metrics = jax.jit(model.loss_fn)(params, batch, jax.random.PRNGKey(1))
   assert metrics['num_tokens'] == 3 and abs(float(metrics['accuracy']) - 1 / 3) < 1e-6
-  scores = model.score_batch(params, batch)
+  scores = jax.jit(model.score_batch)(params, batch)
   np.testing.assert_allclose(scores, [-100., 0., -100.], atol=1e-3)
   assert float(loss) > 60
 
@@ -167,16 +172,15 @@ def test_regression_parses_targets_and_rounds_predictions_to_the_grid():
   assert len(values) == 26 and strings[:3] == ['0.0', '0.2', '0.4'] and strings[-1] == '5.0'
   index = model._grid_index(np.array([3.25, 2.57, 7.0, -1.0, 3.29], np.float32))
   assert [strings[i] for i in index] == ['3.2', '2.6', '5.0', '0.0', '3.2']
-  params = nn.unbox(model.get_initial_variables(jax.random.PRNGKey(0),
-                                                {'encoder_input_tokens': (2, 24)})['params'])
+  params = _init(model, (2, 24))
   output = params['head']['mlp']['output']
   output['kernel'] = np.zeros_like(output['kernel'])
   output['bias'] = np.array([2.57], np.float32)
-  tokens = model.predict_batch(params, batch)
+  tokens = jax.jit(model.predict_batch)(params, batch)
   assert [VOCAB.decode(t.tolist()) for t in np.asarray(tokens)] == ['2.6', '2.6']
-  loss, metrics = model.loss_fn(params, batch, None)
+  loss, _ = jax.jit(lambda p, b: model.loss_fn(p, b, None))(params, batch)
   np.testing.assert_allclose(loss, ((4.6 - 2.57) ** 2 + (0.2 - 2.57) ** 2) / 2, rtol=1e-5)
-  np.testing.assert_allclose(model.score_batch(params, batch), [-(4.6 - 2.57) ** 2,
+  np.testing.assert_allclose(jax.jit(model.score_batch)(params, batch), [-(4.6 - 2.57) ** 2,
                                                                 -(0.2 - 2.57) ** 2], rtol=1e-5)
 
 
@@ -184,16 +188,16 @@ def test_scalar_mix_lives_under_its_own_scope():
   from t2t.models import t5_encoder
   from tests.models.helpers import tiny_config
   model = classifier_api.ClassifierModel(
-      t5_encoder.T5EncoderStates(tiny_config(vocab_size=VOCAB.vocab_size)), VOCAB,
+      t5_encoder.T5EncoderStates(tiny_config(vocab_size=VOCAB.vocab_size, num_encoder_layers=1)),
+      VOCAB,
       labels=LABELS, scalar_mix=True,
       head=functools.partial(heads.ClassifierHead, pooling='mean', hidden_dim=4))
-  boxed = model.get_initial_variables(jax.random.PRNGKey(0), {'encoder_input_tokens': (2, 5)})
-  params = nn.unbox(boxed['params'])
+  params = _init(model, (2, 5))
   assert set(params) == {'token_embedder', 'encoder', 'head', 'scalar_mix'}
-  assert params['scalar_mix']['weights'].shape == (3,)  # embeddings + 2 layers
+  assert params['scalar_mix']['weights'].shape == (2,)  # embeddings + 1 layer
   batch = {'encoder_input_tokens': np.array([[5, 6, 1, 0, 0], [7, 1, 0, 0, 0]], np.int32),
            data.LABEL_FEATURE: np.array([[0], [1]], np.int32)}
-  grads = jax.grad(lambda p: model.loss_fn(p, batch, None)[0])(params)
+  grads = jax.jit(jax.grad(lambda p: model.loss_fn(p, batch, None)[0]))(params)
   assert float(np.abs(grads['scalar_mix']['weights']).sum()) > 0
 
 

@@ -41,3 +41,21 @@ def test_scanned_layers_are_refused():
   encoder = t5_encoder.T5EncoderStates(dataclasses.replace(tiny_config(), scan_layers=True))
   with pytest.raises(ValueError, match='scan_layers'):
     encoder.init(jax.random.PRNGKey(0), np.ones((1, 3), np.int32))
+
+
+def test_classifier_gin_builds_a_t5_encoder_classifier_with_checkpoint_paths():
+  from t2t import config
+  from t2t.models import classifier_api
+  config.parse_gin(['models/classifiers/t5_tiny.gin'],
+                   ["MIXTURE_OR_TASK_NAME = 'bbc_topic'", "ClassifierModel.labels = ['a', 'b']",
+                    "ClassifierModel.encoding = 'joint'"])
+  model = classifier_api.ClassifierModel()  # gin supplies every argument
+  assert isinstance(model, classifier_api.ClassifierModel)
+  assert isinstance(model.encoder, t5_encoder.T5EncoderStates)
+  assert model.encoder.config.d_model == 256 and model.encoding == 'joint'
+  shapes = jax.eval_shape(lambda rng: model.get_initial_variables(
+      rng, {'encoder_input_tokens': (2, 8)})['params'], jax.random.PRNGKey(0))
+  paths = checkpoints.param_shapes(nn.unbox(shapes))
+  assert paths['token_embedder/embedding'] == [8192, 256]
+  assert 'encoder/layers_3/attention/query/kernel' in paths
+  assert paths['head/mlp/output/kernel'] == [256, 2]

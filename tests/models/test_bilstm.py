@@ -93,3 +93,24 @@ def test_cross_sentence_attention_hand_computed():
 def test_config_rejects_bad_sizes():
   with pytest.raises(ValueError, match='hidden_dim'):
     bilstm.BiLSTMConfig(vocab_size=10, hidden_dim=0)
+
+
+def test_bilstm_gin_pair_model_with_cross_attention_has_the_documented_paths():
+  from t2t import config
+  from t2t.models import classifier_api
+  from t2t.training import checkpoints
+  config.parse_gin(['models/bilstm/tiny.gin', 'models/bilstm/head_small.gin'],
+                   ["MIXTURE_OR_TASK_NAME = 'bbc_topic'", "ClassifierModel.labels = ['a', 'b']",
+                    "ClassifierModel.encoding = 'separate'",
+                    'ClassifierHead.pair_interaction = @CrossSentenceAttention()'])
+  model = classifier_api.ClassifierModel()  # gin supplies every argument
+  shapes = jax.eval_shape(lambda rng: model.get_initial_variables(
+      rng, {'encoder_input_tokens': (2, 8)})['params'], jax.random.PRNGKey(0))
+  paths = checkpoints.param_shapes(nn.unbox(shapes))
+  width = 2 * 32 + 32  # last BiLSTM layer (2 x 32) + the skipped embeddings (32)
+  assert paths['embedder/embedding'] == [8192, 32]
+  assert paths['encoder/layers_1/backward/recurrent_kernel'] == [32, 128]
+  assert paths['head/pair_interaction/kernel'] == [width, width]
+  assert paths['head/pool_projection/kernel'] == [2 * width, 64]
+  assert paths['head/mlp/hidden/kernel'] == [4 * 64, 128]  # head_small: hidden 128
+  assert paths['head/mlp/output/kernel'] == [128, 2]

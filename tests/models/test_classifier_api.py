@@ -64,10 +64,14 @@ def _model(task, **kwargs):
 
 
 def _features(model, task, split='validation', repeat=False, length=24):
-  ds = seqio.get_mixture_or_task(task).get_dataset(
-      {'inputs': length, 'targets': 8}, split=split, shuffle=False)
+  lengths = {'inputs': length, 'targets': 8}
   converter = model.feature_converter_cls(pack=True)
-  ds = converter(ds.repeat() if repeat else ds, {'inputs': length, 'targets': 8})
+  if repeat:  # as t2t.training.inputs.train_batches reads a training stream
+    ds = seqio.get_dataset(task, lengths, feature_converter=converter, dataset_split=split,
+                           shuffle=False, num_epochs=None, verbose=False)
+  else:
+    ds = converter(seqio.get_mixture_or_task(task).get_dataset(lengths, split=split, shuffle=False),
+                   lengths)
   return [ex for ex in ds.take(len(PAIRS) + 1).as_numpy_iterator()]
 
 

@@ -1,0 +1,251 @@
+"""BERT: parity with Hugging Face's PyTorch BertModel, padding masks, the MLM loss and predictions.
+
+The HF models are built offline from a `transformers.BertConfig` (nothing is downloaded), their
+weights copied onto t2t's parameter tree; dropout off, float32, eager attention.
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t.data import vocabularies
+from t2t.models import bert
+
+torch = pytest.importorskip('torch')
+transformers = pytest.importorskip('transformers')
+
+VOCAB = 60
+CONFIG = bert.BertConfig(vocab_size=VOCAB, hidden_size=24, num_layers=2, num_heads=3,
+                         intermediate_size=40, max_position_embeddings=16, type_vocab_size=2,
+                         dropout_rate=0.0, attention_dropout_rate=0.0)
+TOKENS = np.array([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+                   [20, 21, 22, 0, 0, 0, 0, 0, 0, 0],            # heavy padding
+                   [30, 31, 32, 33, 34, 35, 0, 0, 0, 0]], np.int32)
+TYPES = np.array([[0, 0, 0, 0, 1, 1, 1, 1, 1, 1],
+                  [0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
+                  [0, 0, 0, 1, 1, 1, 0, 0, 0, 0]], np.int32)
+
+
+def _hf_config() -> 'transformers.BertConfig':
+  c = CONFIG
+  return transformers.BertConfig(
+      vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_hidden_layers=c.num_layers,
+      num_attention_heads=c.num_heads, intermediate_size=c.intermediate_size,
+      max_position_embeddings=c.max_position_embeddings, type_vocab_size=c.type_vocab_size,
+      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, hidden_act='gelu',
+      layer_norm_eps=c.layer_norm_epsilon, pad_token_id=0, attn_implementation='eager')
+
+
+def _t(x):
+  return np.asarray(x.detach().numpy(), np.float32)
+
+
+def _dense(sd, prefix, in_shape=None, out_shape=None):
+  """torch Linear (weight [out, in]) -> {kernel [in..., out...], bias [out...]}."""
+  w, b = _t(sd[f'{prefix}.weight']).T, _t(sd[f'{prefix}.bias'])
+  if in_shape is not None:
+    w = w.reshape(*in_shape, w.shape[-1])
+  if out_shape is not None:
+    w, b = w.reshape(*w.shape[:-1], *out_shape), b.reshape(out_shape)
+  return {'kernel': w, 'bias': b}
+
+
+def _norm(sd, prefix):
+  return {'scale': _t(sd[f'{prefix}.weight']), 'bias': _t(sd[f'{prefix}.bias'])}
+
+
+def encoder_params_from_hf(sd, prefix='') -> dict:
+  """A HF BertModel state dict -> the `BertEncoder` parameter tree."""
+  c, p = CONFIG, prefix
+  heads = (c.num_heads, c.head_dim)
+  params = {'embeddings': {
+      'word_embeddings': {'embedding': _t(sd[f'{p}embeddings.word_embeddings.weight'])},
+      'position_embeddings': {'embedding': _t(sd[f'{p}embeddings.position_embeddings.weight'])},
+      'token_type_embeddings': {'embedding': _t(sd[f'{p}embeddings.token_type_embeddings.weight'])},
+      'layer_norm': _norm(sd, f'{p}embeddings.LayerNorm')}}
+  for i in range(c.num_layers):
+    hf = f'{p}encoder.layer.{i}'
+    params[f'layers_{i}'] = {
+        'attention': {
+            **{n: _dense(sd, f'{hf}.attention.self.{n}', out_shape=heads)
+               for n in ('query', 'key', 'value')},
+            'out': _dense(sd, f'{hf}.attention.output.dense', in_shape=heads)},
+        'attention_layer_norm': _norm(sd, f'{hf}.attention.output.LayerNorm'),
+        'mlp': {'wi': _dense(sd, f'{hf}.intermediate.dense'), 'wo': _dense(sd, f'{hf}.output.dense')},
+        'mlp_layer_norm': _norm(sd, f'{hf}.output.LayerNorm')}
+  return params
+
+
+def _lively(model):
+  """HF initialises LayerNorms to (1, 0) and biases to 0; perturb them so that they are tested."""
+  torch.manual_seed(1)
+  with torch.no_grad():
+    for name, param in model.named_parameters():
+      if 'LayerNorm' in name or name.endswith('bias'):
+        param.add_(0.1 * torch.randn_like(param))
+  return model
+
+
+@pytest.fixture(scope='module')
+def hf_bert():
+  torch.manual_seed(0)
+  return _lively(transformers.BertModel(_hf_config()).eval())
+
+
+def _hf_hidden(model, tokens, types):
+  with torch.no_grad():
+    out = model(input_ids=torch.tensor(tokens, dtype=torch.long),
+                attention_mask=torch.tensor(tokens > 0, dtype=torch.long),
+                token_type_ids=torch.tensor(types, dtype=torch.long), output_hidden_states=True)
+  return [_t(h) for h in out.hidden_states], _t(out.pooler_output)
+
+
+def test_hidden_states_and_pooler_match_hugging_face(hf_bert):
+  sd = hf_bert.state_dict()
+  params = encoder_params_from_hf(sd)
+  ours = bert.BertEncoder(CONFIG).apply({'params': params}, TOKENS, TYPES, False)
+  theirs, pooled = _hf_hidden(hf_bert, TOKENS, TYPES)
+  assert len(ours) == len(theirs) == CONFIG.num_layers + 1
+  for i, (a, b) in enumerate(zip(ours, theirs)):
+    np.testing.assert_allclose(np.asarray(a), b, atol=2e-5, rtol=1e-4, err_msg=f'hidden state {i}')
+  pooler = {'dense': _dense(sd, 'pooler.dense')}
+  np.testing.assert_allclose(
+      np.asarray(bert.BertPooler(CONFIG).apply({'params': pooler}, ours[-1])), pooled, atol=2e-5)
+
+
+def test_mlm_logits_match_hugging_face():
+  torch.manual_seed(0)
+  hf = _lively(transformers.BertForMaskedLM(_hf_config()).eval())
+  sd = hf.state_dict()
+  params = {'encoder': encoder_params_from_hf(sd, prefix='bert.'),
+            'mlm_head': {'transform': _dense(sd, 'cls.predictions.transform.dense'),
+                         'layer_norm': _norm(sd, 'cls.predictions.transform.LayerNorm'),
+                         'output_bias': _t(sd['cls.predictions.bias'])}}
+  # The decoder is tied to the word embeddings (same tensor), as the tree assumes.
+  assert hf.cls.predictions.decoder.weight is hf.bert.embeddings.word_embeddings.weight
+  ours = bert.BertMaskedLM(CONFIG).apply({'params': params}, TOKENS, TYPES, False)
+  with torch.no_grad():
+    theirs = _t(hf(input_ids=torch.tensor(TOKENS, dtype=torch.long),
+                   attention_mask=torch.tensor(TOKENS > 0, dtype=torch.long),
+                   token_type_ids=torch.tensor(TYPES, dtype=torch.long)).logits)
+  np.testing.assert_allclose(np.asarray(ours), theirs, atol=5e-5, rtol=1e-4)
+
+
+@pytest.fixture(scope='module')
+def encoder_vars():
+  return jax.jit(lambda rng: bert.BertEncoder(CONFIG).init(rng, TOKENS, TYPES, False))(
+      jax.random.PRNGKey(0))
+
+
+def test_padding_is_masked_out_of_attention(encoder_vars):
+  encoder = bert.BertEncoder(CONFIG)
+  run = jax.jit(lambda tokens, types: encoder.apply(encoder_vars, tokens, types, False)[-1])
+  base = np.asarray(run(TOKENS, TYPES))
+  # Whatever sits in padded rows' types or beyond each row's end, the real positions do not move.
+  garbage_types = np.where(TOKENS > 0, TYPES, 1)
+  np.testing.assert_allclose(np.asarray(run(TOKENS, garbage_types))[TOKENS > 0],
+                             base[TOKENS > 0], atol=1e-6)
+  # Row 1 alone with only its 3 tokens gives the same outputs as inside the padded batch.
+  alone = np.asarray(run(TOKENS[1:2, :3], TYPES[1:2, :3]))
+  np.testing.assert_allclose(alone[0], base[1, :3], atol=1e-5)
+  # Without the mask (padding as id 3) the outputs would change: the test can fail.
+  unmasked = np.asarray(run(np.where(TOKENS > 0, TOKENS, 3), TYPES))
+  assert not np.allclose(unmasked[1, :3], base[1, :3], atol=1e-3)
+
+
+def test_packed_segments_do_not_see_each_other(encoder_vars):
+  encoder = bert.BertEncoder(CONFIG)
+  a, b = TOKENS[1, :3], TOKENS[2, :6]
+  packed = np.concatenate([a, b, [0]])[None]
+  segments = np.array([[1] * 3 + [2] * 6 + [0]])
+  positions = np.array([[0, 1, 2, 0, 1, 2, 3, 4, 5, 0]])
+  out = encoder.apply(encoder_vars, packed, None, False, segment_ids=segments,
+                      positions=positions)[-1]
+  single = encoder.apply(encoder_vars, b[None], None, False)[-1]
+  np.testing.assert_allclose(np.asarray(out)[0, 3:9], np.asarray(single)[0], atol=1e-5)
+
+
+def test_config_refuses_bad_values():
+  with pytest.raises(ValueError, match='divisible by num_heads'):
+    bert.BertConfig(vocab_size=10, hidden_size=10, num_heads=3)
+  with pytest.raises(ValueError, match='dropout_rate'):
+    bert.BertConfig(vocab_size=10, dropout_rate=1.0)
+  with pytest.raises(ValueError, match='max_position_embeddings'):
+    bert.BertEncoder(CONFIG).init(jax.random.PRNGKey(0), np.ones((1, 17), np.int32), None, False)
+
+
+# ------------------------------------------------------------------ the masked-LM model API
+
+@pytest.fixture(scope='module')
+def mlm_model():
+  vocab = vocabularies.bbc_vocabulary()
+  config = bert.BertConfig(vocab_size=8192, hidden_size=16, num_layers=1, num_heads=2,
+                           intermediate_size=32, max_position_embeddings=16, dropout_rate=0.0,
+                           attention_dropout_rate=0.0)
+  model = bert.BertMaskedLMModel(bert.BertMaskedLM(config), vocab)
+  params = jax.jit(lambda rng: model.get_initial_variables(
+      rng, {'encoder_input_tokens': (2, 8)})['params'])(jax.random.PRNGKey(0))
+  return model, nn.unbox(params)
+
+
+def _mlm_batch():
+  cls, sep, mask = 8098, 8097, 8099
+  inputs = np.array([[cls, 100, mask, 102, 777, 104, sep, 0],
+                     [cls, 200, 201, mask, sep, 0, 0, 0]], np.int32)
+  targets = np.array([[cls, 100, 101, 102, 103, 104, sep, 0],
+                      [cls, 200, 201, 202, sep, 0, 0, 0]], np.int32)
+  weights = np.array([[0, 0, 1, 0, 1, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0, 0]], np.int32)
+  return {'encoder_input_tokens': inputs, 'encoder_target_tokens': targets,
+          'encoder_loss_weights': weights}
+
+
+def test_mlm_loss_is_the_mean_over_the_corrupted_positions(mlm_model):
+  model, params = mlm_model
+  batch = _mlm_batch()
+  loss, metrics = model.loss_fn(params, batch, None)
+  logits = model.module.apply({'params': params}, batch['encoder_input_tokens'], None, False)
+  log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+  # By hand: the three corrupted positions (row 0: 2 and 4, the random swap 777; row 1: 3).
+  expected = -np.mean([log_probs[0, 2, 101], log_probs[0, 4, 103], log_probs[1, 3, 202]])
+  np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+  assert float(metrics['num_tokens']) == 3
+  # Targets at unweighted positions do not count.
+  changed = dict(batch, encoder_target_tokens=np.where(batch['encoder_loss_weights'] > 0,
+                                                       batch['encoder_target_tokens'], 5))
+  np.testing.assert_allclose(float(model.loss_fn(params, changed, None)[0]), float(loss), rtol=1e-6)
+  score = np.asarray(model.score_batch(params, batch))
+  np.testing.assert_allclose(score, [log_probs[0, 2, 101] + log_probs[0, 4, 103],
+                                     log_probs[1, 3, 202]], rtol=1e-5)
+
+
+def test_mlm_predictions_fill_the_corrupted_positions(mlm_model):
+  model, params = mlm_model
+  batch = _mlm_batch()
+  logits = model.module.apply({'params': params}, batch['encoder_input_tokens'], None, False)
+  argmax = np.asarray(jnp.argmax(logits, axis=-1))
+  out = np.asarray(model.predict_batch(params, batch))
+  assert out.shape == (2, 8) and out.dtype == np.int32
+  np.testing.assert_array_equal(
+      out[0], [100, argmax[0, 2], 102, argmax[0, 4], 104, 1, 0, 0])
+  np.testing.assert_array_equal(out[1], [200, 201, argmax[1, 3], 1, 0, 0, 0, 0])
+  # Without loss weights only [MASK] is filled (the random swap 777 is copied); a short output
+  # keeps the first tokens and ends with EOS.
+  plain = {'encoder_input_tokens': batch['encoder_input_tokens']}
+  short = np.asarray(model.predict_batch(params, plain, max_decode_length=3))
+  np.testing.assert_array_equal(short, [[100, argmax[0, 2], 1], [200, 201, 1]])
+  np.testing.assert_array_equal(np.asarray(model.predict_batch(params, plain))[0, :6],
+                                [100, argmax[0, 2], 102, 777, 104, 1])
+
+
+def test_mlm_model_refuses_mismatched_setups(mlm_model):
+  model, params = mlm_model
+  with pytest.raises(ValueError, match='lacks'):
+    model.loss_fn(params, {'encoder_input_tokens': np.ones((1, 4), np.int32)}, None)
+  packed = dict(_mlm_batch(), encoder_segment_ids=np.ones((2, 8), np.int32))
+  with pytest.raises(ValueError, match='packed'):
+    model.predict_batch(params, packed)
+  small = bert.BertMaskedLM(bert.BertConfig(vocab_size=100))
+  with pytest.raises(ValueError, match='raise BertConfig.vocab_size'):
+    bert.BertMaskedLMModel(small, vocabularies.bbc_vocabulary())
+

@@ -166,22 +166,30 @@ class BertMlmFeatureConverter(seqio.FeatureConverter):
 
   def _convert_features(self, ds: tf.data.Dataset,
                         task_feature_lengths: Mapping[str, int]) -> tf.data.Dataset:
-    self.get_model_feature_lengths(task_feature_lengths)  # validates the lengths first
+    length = self.get_model_feature_lengths(task_feature_lengths)["encoder_input_tokens"]
+
+    # seqio's packing treats zeros inside a feature as padding, so the sparse targets and 0/1
+    # weights are packed in a zero-free form: the dense original text and weights + 1.
+    @seqio.map_over_dataset
+    def densify(features):
+      inputs, targets = features["inputs"], features["targets"]
+      return {"inputs": inputs, "targets": tf.where(targets > 0, targets, inputs),
+              "weights_plus_one": tf.cast(targets > 0, tf.int32) + 1}
 
     @seqio.map_over_dataset
     def convert(features):
-      inputs, targets = features["inputs"], features["targets"]
       out = {
-          "encoder_input_tokens": inputs,
-          "encoder_target_tokens": tf.where(targets > 0, targets, inputs),
-          "encoder_loss_weights": tf.cast(targets > 0, tf.int32),
+          "encoder_input_tokens": features["inputs"],
+          "encoder_target_tokens": features["targets"],
+          "encoder_loss_weights": tf.maximum(features["weights_plus_one"] - 1, 0),
       }
       if self.pack:
         out["encoder_segment_ids"] = features["inputs_segment_ids"]
         out["encoder_positions"] = features["inputs_positions"]
       return out
 
-    return convert(self._pack_or_pad(ds, task_feature_lengths))
+    lengths = {"inputs": length, "targets": length, "weights_plus_one": length}
+    return convert(self._pack_or_pad(densify(ds), lengths))
 
   def get_model_feature_lengths(self, task_feature_lengths: Mapping[str, int]) -> dict[str, int]:
     length = task_feature_lengths["inputs"]

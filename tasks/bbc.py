@@ -18,7 +18,8 @@
 
 Label lists, for classifiers that map target strings to ids: `task_labels(name)` (also
 `BBC_LABELS`, `BBC_SAME_TOPIC_LABELS`; for `bbc_same_topic` also the `labels` keyword of its
-`postprocess_fn`, as the GLUE tasks have).
+`postprocess_fn`, `seqio.get_mixture_or_task(name).postprocessor.keywords["labels"]`,
+as the GLUE tasks have).
 
 Splits train/validation/test as in `t2t.data.sources` (a fixed hash of the article path, 80/10/10).
 Registration happens on import and replaces an earlier registration of the same name, so

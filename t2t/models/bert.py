@@ -25,7 +25,7 @@ same `encoder/...` paths, so a pre-trained checkpoint restores into it by path):
   encoder/layers_{i}/mlp/wi/{kernel,bias}                       [d, f], [f]   (embed, mlp), (mlp)
   encoder/layers_{i}/mlp/wo/{kernel,bias}                       [f, d], [d]   (mlp, embed), (embed)
   encoder/layers_{i}/mlp_layer_norm/{scale,bias}                [d]
-  mlm_head/transform/{kernel,bias}                              [d, d], [d]   (embed, embed)
+  mlm_head/transform/{kernel,bias}                              [d, d], [d]   (embed, embed_out)
   mlm_head/layer_norm/{scale,bias}                              [d]
   mlm_head/output_bias                                          [v]           (vocab)
 
@@ -255,6 +255,7 @@ class BertLayer(nn.Module):
     return _constrain(x)
 
 
+@gin.configurable
 class BertEncoder(nn.Module):
   """The BERT encoder of the classifier protocol: embeddings then `num_layers` post-LN blocks.
 
@@ -304,6 +305,7 @@ class BertEncoder(nn.Module):
     return self.embeddings.attend(x)
 
 
+@gin.configurable
 class BertPooler(nn.Module):
   """tanh(dense(h[:, 0])): the pooled [CLS] representation (§3). [b, l, d] -> [b, d]."""
   config: BertConfig
@@ -312,7 +314,7 @@ class BertPooler(nn.Module):
   def __call__(self, hidden: Array) -> Array:
     c = self.config
     first = hidden[:, 0]
-    dense = DenseWithBias(c.hidden_size, kernel_axes=('embed', 'embed'), bias_axes=('embed',),
+    dense = DenseWithBias(c.hidden_size, kernel_axes=('embed', 'embed_out'), bias_axes=('embed',),
                           kernel_init=_init(c), dtype=c.dtype, param_dtype=c.param_dtype,
                           name='dense')
     return jnp.tanh(dense(first))
@@ -325,7 +327,7 @@ class BertMlmHead(nn.Module):
   @nn.compact
   def __call__(self, hidden: Array, encoder: BertEncoder) -> Array:
     c = self.config
-    h = DenseWithBias(c.hidden_size, kernel_axes=('embed', 'embed'), bias_axes=('embed',),
+    h = DenseWithBias(c.hidden_size, kernel_axes=('embed', 'embed_out'), bias_axes=('embed',),
                       kernel_init=_init(c), dtype=c.dtype, param_dtype=c.param_dtype,
                       name='transform')(hidden)
     h = _layer_norm(c, 'layer_norm')(jax.nn.gelu(h, approximate=False))
@@ -336,6 +338,7 @@ class BertMlmHead(nn.Module):
     return nn.with_logical_constraint(logits, ('batch', 'length', 'vocab'))
 
 
+@gin.configurable
 class BertMaskedLM(nn.Module):
   """`BertEncoder` + masked-LM head. tokens [b, l] -> logits [b, l, v] at every position."""
   config: BertConfig

@@ -121,7 +121,8 @@ def same_topic_pairs(split: str) -> tuple[dict[str, str], ...]:
   return tuple(pairs)
 
 
-def same_topic_dataset_fn(split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
+def same_topic_dataset_fn(split: str, shuffle_files: bool,
+                          seed: int | None = None) -> tf.data.Dataset:
   """seqio dataset function of `bbc_same_topic`: {id, sentence1, sentence2, label} strings."""
   pairs = list(same_topic_pairs(split))
   if shuffle_files:

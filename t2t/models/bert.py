@@ -1,4 +1,4 @@
-"""BERT (Devlin et al., 2019, §3 and Appendix A): an encoder-only Transformer, and its masked-LM model.
+"""BERT (Devlin et al., 2019, §3 and Appendix A): an encoder-only Transformer and its masked LM.
 
 Read top to bottom: `BertConfig`, the layers (`BertEmbeddings`, `BertLayer`), `BertEncoder` (the
 encoder of the classifier protocol), `BertPooler`, the masked-LM head and module, then
@@ -29,9 +29,14 @@ same `encoder/...` paths, so a pre-trained checkpoint restores into it by path):
   mlm_head/layer_norm/{scale,bias}                              [d]
   mlm_head/output_bias                                          [v]           (vocab)
 
-`BertPooler` (dense + tanh on the first token) is a separate module, `pooler/dense/{kernel,bias}`
-wherever a classifier head puts it; the masked-LM model has none (no next-sentence objective
-trains it). Hugging Face conversion: `tests/models/test_bert.py` maps `BertModel` weights onto
+`BertPooler` (dense + tanh on the first token) is a separate module, `dense/{kernel,bias}`
+[d, d] (embed, embed_out), wherever a classifier head puts it; the masked-LM model has none (no
+next-sentence objective trains it).
+
+Logical axis names beyond t2t/models/layers.py's: `abspos` (position-table rows), `token_types`
+(token-type rows) and `embed_out` (the output side of the square [d, d] kernels; flax refuses a
+name repeated within one array). The standard partitioning rules do not name them, so those
+dimensions are replicated. Hugging Face conversion: `tests/models/test_bert.py` maps `BertModel` weights onto
 this tree.
 """
 from __future__ import annotations
@@ -132,7 +137,7 @@ class DenseWithBias(nn.Module):
 
 
 class LayerNorm(nn.Module):
-  """LayerNorm with scale and bias over the last axis, statistics in float32. [..., d] -> [..., d]."""
+  """LayerNorm with scale and bias over the last axis, statistics in float32. [..., d]."""
   epsilon: float = 1e-12
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
@@ -152,7 +157,8 @@ class LayerNorm(nn.Module):
 
 
 def _layer_norm(c: BertConfig, name: str | None = None) -> LayerNorm:
-  return LayerNorm(epsilon=c.layer_norm_epsilon, dtype=c.dtype, param_dtype=c.param_dtype, name=name)
+  return LayerNorm(epsilon=c.layer_norm_epsilon, dtype=c.dtype, param_dtype=c.param_dtype,
+                   name=name)
 
 
 def _table(c: BertConfig, rows: int, axis: str, name: str) -> nn.Module:
@@ -177,14 +183,15 @@ class _RenamedRows(nn.Module):
 
 
 class BertEmbeddings(nn.Module):
-  """word + position + token-type embeddings, LayerNorm, dropout (§3.2). [b, l] ids -> [b, l, d]."""
+  """word + position + token-type embeddings, LayerNorm, dropout (§3.2). [b, l] -> [b, l, d]."""
   config: BertConfig
 
   def setup(self):
     c = self.config
     self.word_embeddings = _table(c, c.vocab_size, 'vocab', 'word_embeddings')
     self.position_embeddings = _table(c, c.max_position_embeddings, 'abspos', 'position_embeddings')
-    self.token_type_embeddings = _table(c, c.type_vocab_size, 'token_types', 'token_type_embeddings')
+    self.token_type_embeddings = _table(c, c.type_vocab_size, 'token_types',
+                                        'token_type_embeddings')
     self.layer_norm = _layer_norm(c)
     self.dropout = nn.Dropout(c.dropout_rate)
 

@@ -1,4 +1,4 @@
-"""BERT's masked-LM data: special ids, the corruption (by hand), `bert_mlm` and its feature converter."""
+"""BERT's masked-LM data: special ids, corruption (by hand), `bert_mlm`, the feature converter."""
 import numpy as np
 import pytest
 import seqio

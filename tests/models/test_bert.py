@@ -80,7 +80,8 @@ def encoder_params_from_hf(sd, prefix='') -> dict:
                for n in ('query', 'key', 'value')},
             'out': _dense(sd, f'{hf}.attention.output.dense', in_shape=heads)},
         'attention_layer_norm': _norm(sd, f'{hf}.attention.output.LayerNorm'),
-        'mlp': {'wi': _dense(sd, f'{hf}.intermediate.dense'), 'wo': _dense(sd, f'{hf}.output.dense')},
+        'mlp': {'wi': _dense(sd, f'{hf}.intermediate.dense'),
+                'wo': _dense(sd, f'{hf}.output.dense')},
         'mlp_layer_norm': _norm(sd, f'{hf}.output.LayerNorm')}
   return params
 
@@ -172,6 +173,16 @@ def test_packed_segments_do_not_see_each_other(encoder_vars):
                       positions=positions)[-1]
   single = encoder.apply(encoder_vars, b[None], None, False)[-1]
   np.testing.assert_allclose(np.asarray(out)[0, 3:9], np.asarray(single)[0], atol=1e-5)
+
+
+def test_dropout_only_when_enabled(encoder_vars):
+  config = bert.BertConfig(**{**CONFIG.__dict__, 'dropout_rate': 0.3,
+                              'attention_dropout_rate': 0.3})
+  encoder = bert.BertEncoder(config)
+  run = lambda enable, seed: encoder.apply(encoder_vars, TOKENS, TYPES, enable,
+                                           rngs={'dropout': jax.random.PRNGKey(seed)})[-1]
+  np.testing.assert_array_equal(np.asarray(run(False, 0)), np.asarray(run(False, 1)))
+  assert not np.allclose(np.asarray(run(True, 0)), np.asarray(run(True, 1)))
 
 
 def test_config_refuses_bad_values():
@@ -324,3 +335,4 @@ def test_mlm_pretraining_runs_from_the_command_line(tmp_path):
   assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.3
   # Only corrupted positions count: ~15% of 8 rows x 30 text tokens, never the whole rows.
   assert all(10 <= r['num_tokens'] <= 80 for r in records)
+

@@ -36,8 +36,10 @@ next-sentence objective trains it).
 Logical axis names beyond t2t/models/layers.py's: `abspos` (position-table rows), `token_types`
 (token-type rows) and `embed_out` (the output side of the square [d, d] kernels; flax refuses a
 name repeated within one array). The standard partitioning rules do not name them, so those
-dimensions are replicated. Hugging Face conversion: `tests/models/test_bert.py` maps `BertModel` weights onto
-this tree.
+dimensions are replicated.
+
+Hugging Face `BertModel` / `BertForMaskedLM` weights convert onto this tree with
+`t2t.models.bert_hf.params_from_hf` (tested for parity in tests/models/test_bert.py).
 """
 from __future__ import annotations
 

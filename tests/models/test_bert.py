@@ -1,4 +1,4 @@
-"""BERT: parity with Hugging Face's PyTorch BertModel, padding masks, the MLM loss and predictions.
+"""BERT: parity with Hugging Face's BertModel (via bert_hf), masks, the MLM loss, predictions, gin.
 
 The HF models are built offline from a `transformers.BertConfig` (nothing is downloaded), their
 weights copied onto t2t's parameter tree; dropout off, float32, eager attention.
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from t2t.data import vocabularies
-from t2t.models import bert
+from t2t.models import bert, bert_hf
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
@@ -45,47 +45,6 @@ def _hf_config() -> 'transformers.BertConfig':
       layer_norm_eps=c.layer_norm_epsilon, pad_token_id=0, attn_implementation='eager')
 
 
-def _t(x):
-  return np.asarray(x.detach().numpy(), np.float32)
-
-
-def _dense(sd, prefix, in_shape=None, out_shape=None):
-  """torch Linear (weight [out, in]) -> {kernel [in..., out...], bias [out...]}."""
-  w, b = _t(sd[f'{prefix}.weight']).T, _t(sd[f'{prefix}.bias'])
-  if in_shape is not None:
-    w = w.reshape(*in_shape, w.shape[-1])
-  if out_shape is not None:
-    w, b = w.reshape(*w.shape[:-1], *out_shape), b.reshape(out_shape)
-  return {'kernel': w, 'bias': b}
-
-
-def _norm(sd, prefix):
-  return {'scale': _t(sd[f'{prefix}.weight']), 'bias': _t(sd[f'{prefix}.bias'])}
-
-
-def encoder_params_from_hf(sd, prefix='') -> dict:
-  """A HF BertModel state dict -> the `BertEncoder` parameter tree."""
-  c, p = CONFIG, prefix
-  heads = (c.num_heads, c.head_dim)
-  params = {'embeddings': {
-      'word_embeddings': {'embedding': _t(sd[f'{p}embeddings.word_embeddings.weight'])},
-      'position_embeddings': {'embedding': _t(sd[f'{p}embeddings.position_embeddings.weight'])},
-      'token_type_embeddings': {'embedding': _t(sd[f'{p}embeddings.token_type_embeddings.weight'])},
-      'layer_norm': _norm(sd, f'{p}embeddings.LayerNorm')}}
-  for i in range(c.num_layers):
-    hf = f'{p}encoder.layer.{i}'
-    params[f'layers_{i}'] = {
-        'attention': {
-            **{n: _dense(sd, f'{hf}.attention.self.{n}', out_shape=heads)
-               for n in ('query', 'key', 'value')},
-            'out': _dense(sd, f'{hf}.attention.output.dense', in_shape=heads)},
-        'attention_layer_norm': _norm(sd, f'{hf}.attention.output.LayerNorm'),
-        'mlp': {'wi': _dense(sd, f'{hf}.intermediate.dense'),
-                'wo': _dense(sd, f'{hf}.output.dense')},
-        'mlp_layer_norm': _norm(sd, f'{hf}.output.LayerNorm')}
-  return params
-
-
 def _lively(model):
   """HF initialises LayerNorms to (1, 0) and biases to 0; perturb them so that they are tested."""
   torch.manual_seed(1)
@@ -102,42 +61,41 @@ def hf_bert():
   return _lively(transformers.BertModel(_hf_config()).eval())
 
 
-def _hf_hidden(model, tokens, types):
-  with torch.no_grad():
-    out = model(input_ids=torch.tensor(tokens, dtype=torch.long),
-                attention_mask=torch.tensor(tokens > 0, dtype=torch.long),
-                token_type_ids=torch.tensor(types, dtype=torch.long), output_hidden_states=True)
-  return [_t(h) for h in out.hidden_states], _t(out.pooler_output)
+def test_config_from_hugging_face():
+  assert bert_hf.bert_config_from_hf(_hf_config(), dropout_rate=0.0,
+                                     attention_dropout_rate=0.0) == CONFIG
+  with pytest.raises(ValueError, match="model_type 'bert'"):
+    bert_hf.bert_config_from_hf(transformers.T5Config())
 
 
 def test_hidden_states_and_pooler_match_hugging_face(hf_bert):
-  sd = hf_bert.state_dict()
-  params = encoder_params_from_hf(sd)
-  ours = bert.BertEncoder(CONFIG).apply({'params': params}, TOKENS, TYPES, False)
-  theirs, pooled = _hf_hidden(hf_bert, TOKENS, TYPES)
+  params = bert_hf.params_from_hf(hf_bert, CONFIG)
+  assert set(params) == {'encoder', 'pooler'}
+  ours = bert.BertEncoder(CONFIG).apply({'params': params['encoder']}, TOKENS, TYPES, False)
+  with torch.no_grad():
+    out = hf_bert(input_ids=torch.tensor(TOKENS, dtype=torch.long),
+                  attention_mask=torch.tensor(TOKENS > 0, dtype=torch.long),
+                  token_type_ids=torch.tensor(TYPES, dtype=torch.long), output_hidden_states=True)
+  theirs = [h.numpy() for h in out.hidden_states]
   assert len(ours) == len(theirs) == CONFIG.num_layers + 1
   for i, (a, b) in enumerate(zip(ours, theirs)):
     np.testing.assert_allclose(np.asarray(a), b, atol=2e-5, rtol=1e-4, err_msg=f'hidden state {i}')
-  pooler = {'dense': _dense(sd, 'pooler.dense')}
-  np.testing.assert_allclose(
-      np.asarray(bert.BertPooler(CONFIG).apply({'params': pooler}, ours[-1])), pooled, atol=2e-5)
+  pooled = bert.BertPooler(CONFIG).apply({'params': params['pooler']}, ours[-1])
+  np.testing.assert_allclose(np.asarray(pooled), out.pooler_output.numpy(), atol=2e-5)
 
 
 def test_mlm_logits_match_hugging_face():
   torch.manual_seed(0)
   hf = _lively(transformers.BertForMaskedLM(_hf_config()).eval())
-  sd = hf.state_dict()
-  params = {'encoder': encoder_params_from_hf(sd, prefix='bert.'),
-            'mlm_head': {'transform': _dense(sd, 'cls.predictions.transform.dense'),
-                         'layer_norm': _norm(sd, 'cls.predictions.transform.LayerNorm'),
-                         'output_bias': _t(sd['cls.predictions.bias'])}}
-  # The decoder is tied to the word embeddings (same tensor), as the tree assumes.
+  # The decoder is tied to the word embeddings (same tensor), as the t2t tree assumes.
   assert hf.cls.predictions.decoder.weight is hf.bert.embeddings.word_embeddings.weight
+  params = bert_hf.params_from_hf(hf.state_dict(), CONFIG)
+  assert set(params) == {'encoder', 'mlm_head'}
   ours = bert.BertMaskedLM(CONFIG).apply({'params': params}, TOKENS, TYPES, False)
   with torch.no_grad():
-    theirs = _t(hf(input_ids=torch.tensor(TOKENS, dtype=torch.long),
-                   attention_mask=torch.tensor(TOKENS > 0, dtype=torch.long),
-                   token_type_ids=torch.tensor(TYPES, dtype=torch.long)).logits)
+    theirs = hf(input_ids=torch.tensor(TOKENS, dtype=torch.long),
+                attention_mask=torch.tensor(TOKENS > 0, dtype=torch.long),
+                token_type_ids=torch.tensor(TYPES, dtype=torch.long)).logits.numpy()
   np.testing.assert_allclose(np.asarray(ours), theirs, atol=5e-5, rtol=1e-4)
 
 

@@ -286,6 +286,7 @@ def test_mlm_pretraining_runs_from_the_command_line(tmp_path):
   operative = (model_dir / 'config.gin').read_text()
   assert "MIXTURE_OR_TASK_NAME = 'bbc_bert_mlm'" in operative
   assert 'MODEL = @BertMaskedLMModel()' in operative
+  assert 'train.optimizer = @adamw()' in operative  # BERT's optimizer, not AdaFactor
   records = [json.loads(line) for line in open(model_dir / 'metrics.jsonl')]
   losses = [r['loss'] for r in records]
   assert len(losses) == 12 and all(math.isfinite(x) for x in losses)

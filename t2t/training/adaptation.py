@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
+from flax import traverse_util
 
 from t2t.training import checkpoints
 
@@ -35,6 +37,9 @@ from t2t.training import checkpoints
 EMBEDDING_PATTERNS = (r'(^|/)token_embedder/', r'(^|/)embeddings?/', r'(^|/)embedder/')
 _LAYER = re.compile(r'^(?P<stack>.*?)/layers_(?P<index>\d+)(/|$)')
 _RELPOS = re.compile(r'^(?P<stack>[^/]+)/relpos_bias/')
+# Parameters that fine-tuning methods add to a pre-trained model (t2t/models/peft.py): a
+# pre-trained checkpoint lacks them and they keep their fresh initialisation.
+ADDED_PATTERNS = (r'/adapter/', r'^prompt/', r'_lora_[ab]$')
 
 
 class PatternError(ValueError):
@@ -274,3 +279,41 @@ def slanted_triangular(total_steps: int = gin.REQUIRED, max_learning_rate: float
     p = jnp.where(t < cut, t / cut, 1.0 - (t - cut) / (cut * (1.0 / cut_frac - 1.0)))
     return max_learning_rate * (1.0 + jnp.maximum(p, 0.0) * (ratio - 1.0)) / ratio
   return schedule
+
+
+# ----------------------------------------------------------------------------- pre-trained weights
+def load_pretrained(path: str, trainer: Any,
+                    added: Sequence[str] = ADDED_PATTERNS) -> tuple[Any, int]:
+  """Parameters for fine-tuning from a checkpoint that may lack the parameters a method adds.
+
+  Every parameter the checkpoint holds is restored (shapes must agree); parameters missing from
+  it must match an `added` pattern (adapters, prompts, LoRA factors) and keep the trainer's fresh
+  initialisation. Anything else missing, or extra in the checkpoint, is the usual
+  CheckpointMismatchError. Returns (params, checkpoint step), sharded like `trainer.params_shardings`.
+  """
+  model_dir, step = checkpoints.resolve_checkpoint(path)
+  where = f'{model_dir}/{checkpoints.STEP_PREFIX}_{step}'
+  manager = ocp.CheckpointManager(model_dir, item_names=('params', 'meta'), options=(
+      ocp.CheckpointManagerOptions(step_prefix=checkpoints.STEP_PREFIX, read_only=True)))
+  try:
+    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
+    saved = meta['param_shapes']
+    expected = checkpoints.param_shapes(trainer.params_abstract)
+    # Compared without the added parameters the checkpoint lacks: the error names the first
+    # parameter that is neither saved nor added, or that differs.
+    checkpoints.check_compatible(saved, {
+        p: shape for p, shape in expected.items()
+        if p in saved or not any(re.search(a, p) for a in added)}, where)
+    abstract = traverse_util.flatten_dict(trainer.params_abstract, sep='/')
+    shardings = traverse_util.flatten_dict(trainer.params_shardings, sep='/')
+    target = traverse_util.unflatten_dict(
+        {p: jax.ShapeDtypeStruct(abstract[p].shape, abstract[p].dtype, sharding=shardings[p])
+         for p in saved}, sep='/')
+    restored = manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(target)))['params']
+  finally:
+    manager.close()
+  params = traverse_util.flatten_dict(restored, sep='/')
+  if len(params) < len(expected):  # the added parameters start from their initialisation
+    params = {**traverse_util.flatten_dict(trainer.init_params(), sep='/'), **params}
+  return traverse_util.unflatten_dict(params, sep='/'), step

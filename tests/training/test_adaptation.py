@@ -8,7 +8,7 @@ import pytest
 from t2t import train as train_lib
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import T5Config, Transformer
-from t2t.training import adaptation, inputs, optim
+from t2t.training import adaptation, checkpoints, inputs, optim
 from t2t.training.partitioning import Partitioner
 from t2t.training.trainer import Trainer
 from tests.training import toy
@@ -21,9 +21,10 @@ def _task():
   toy.register()
 
 
-def _model(layers: int = 2) -> EncoderDecoderModel:
+def _model(layers: int = 2, **overrides) -> EncoderDecoderModel:
   config = T5Config(vocab_size=64, d_model=16, num_heads=2, d_kv=8, d_ff=32,
-                    num_encoder_layers=layers, num_decoder_layers=layers, dropout_rate=0.0)
+                    num_encoder_layers=layers, num_decoder_layers=layers, dropout_rate=0.0,
+                    **overrides)
   return EncoderDecoderModel(Transformer(config), toy.VOCAB, toy.VOCAB)
 
 
@@ -175,3 +176,24 @@ def test_train_run_with_adapted_optimizer_checkpoints_and_resumes(tmp_path):
   # decoder layers_0 is locked for the first two steps, then trains.
   assert not np.array_equal(first['decoder/layers_0/mlp/wi/kernel'],
                             second['decoder/layers_0/mlp/wi/kernel'])
+
+
+def test_load_pretrained_keeps_fresh_adapters_and_restores_the_rest(tmp_path):
+  pretrained = train_lib.train(model=_model(), mixture_or_task_name=toy.TASK,
+                               task_feature_lengths=toy.LENGTHS, train_steps=1,
+                               model_dir=str(tmp_path), batch_size=BATCH,
+                               optimizer=optim.adafactor(learning_rate=0.01), log_every=1)
+  saved = _flat(pretrained.params)
+  model = _model(adapter_dim=4)
+  tr = Trainer(model, optim.adafactor(), Partitioner(), _shapes(model))
+  params, step = adaptation.load_pretrained(str(tmp_path), tr)
+  assert step == 1
+  loaded, fresh = _flat(params), _flat(tr.init_params())
+  assert set(loaded) - set(saved) == {k for k in loaded if '/adapter/' in k} != set()
+  for k, v in loaded.items():
+    np.testing.assert_array_equal(v, saved[k] if k in saved else fresh[k], err_msg=k)
+  # A parameter the checkpoint lacks that no method adds is still refused.
+  other = _model(layers=3)
+  with pytest.raises(checkpoints.CheckpointMismatchError, match=r"'decoder/layers_2/.*' .* is missing"):
+    adaptation.load_pretrained(str(tmp_path), Trainer(other, optim.adafactor(), Partitioner(),
+                                                      _shapes(other)))

@@ -1,4 +1,5 @@
 """Tests for t2t/training/adaptation.py: masks, the `adapted` optimizer, schedules, the train step."""
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -197,3 +198,50 @@ def test_load_pretrained_keeps_fresh_adapters_and_restores_the_rest(tmp_path):
   with pytest.raises(checkpoints.CheckpointMismatchError, match=r"'decoder/layers_2/.*' .* is missing"):
     adaptation.load_pretrained(str(tmp_path), Trainer(other, optim.adafactor(), Partitioner(),
                                                       _shapes(other)))
+
+
+# ----------------------------------------------------------------------------- gin recipes
+def _recipe(*files, bindings=()):
+  """(model, optimizer, trainable paths) of tiny T5 fine-tuning + adaptation gin files."""
+  import gin  # pylint: disable=g-import-not-at-top
+  from t2t import config  # pylint: disable=g-import-not-at-top
+  config.parse_gin(['models/t5_1_0/tiny.gin', 'runs/finetune.gin',
+                    *[f'adaptation/{f}.gin' for f in files]],
+                   ['MIXTURE_OR_TASK_NAME = "x"', 'TASK_FEATURE_LENGTHS = {}', 'TRAIN_STEPS = 120',
+                    'MODEL_DIR = "/tmp/x"', 'INITIAL_CHECKPOINT_PATH = None', *bindings])
+  model = gin.query_parameter('train.model').scoped_configurable_fn()
+  opt = gin.query_parameter('train.optimizer').scoped_configurable_fn()
+  shapes = {k: (2, 8) for k in ('encoder_input_tokens', 'decoder_input_tokens')}
+  params = nn.unbox(jax.eval_shape(lambda: model.get_initial_variables(jax.random.PRNGKey(0),
+                                                                       shapes))['params'])
+  mask = _flat(adaptation.trainable_mask(opt, params))
+  return model, opt, sorted(k for k, v in mask.items() if v)
+
+
+def test_gin_recipes_train_what_they_say():
+  _, opt, trained = _recipe('full_finetune')
+  assert not isinstance(opt, adaptation.AdaptedTransformation) and len(trained) > 50
+  _, _, trained = _recipe('adapters', bindings=['ADAPTER_DIM = 32'])
+  assert len(trained) == 2 * 4 * 2 + (4 * 2 + 4 * 3 + 2) and all(
+      '/adapter/' in k or k.endswith('_norm/scale') for k in trained)
+  model, _, trained = _recipe('lora')
+  assert trained == sorted(f'{s}/layers_{i}/{a}/{w}/kernel_lora_{f}'
+                           for s, a in (('encoder', 'attention'), ('decoder', 'self_attention'),
+                                        ('decoder', 'encoder_decoder_attention'))
+                           for i in range(4) for w in ('query', 'value') for f in 'ab')
+  assert model.rank == 8 and model.scale == 2.0
+  _, _, trained = _recipe('prompt_tuning')
+  assert trained == ['prompt/embedding']
+  with pytest.raises(adaptation.PatternError, match=r"'\^\(head\|scalar_mix\)/' matches no"):
+    _recipe('freeze_encoder')  # T5 has no classifier head
+
+
+def test_gin_schedules_and_layer_recipes():
+  import gin  # pylint: disable=g-import-not-at-top
+  _, opt, _ = _recipe('gradual_unfreezing', 'discriminative_lr', 'slanted_triangular',
+                      bindings=['UNFREEZE_EVERY = 10'])
+  value = lambda name: gin.query_parameter(name).scoped_configurable_fn()  # a %MACRO reference
+  assert value('adapted.unfreeze_every') == 10 and value('adapted.layer_decay') == 0.4
+  assert isinstance(opt, adaptation.AdaptedTransformation)
+  lr = gin.query_parameter('adafactor.learning_rate').scoped_configurable_fn()
+  assert float(lr(12)) == pytest.approx(0.001)  # the peak: cut = 120 * 0.1

@@ -155,6 +155,10 @@ def layer_depths(paths: Sequence[str],
   `relpos_bias` goes with its layer 0. Everything else outside the layers (final norms,
   `logits_dense`, `head`, `scalar_mix`) sits at the top, depth 0.
   """
+  scanned = [p for p in paths if re.search(r'(^|/)layers/', p)]
+  if scanned:
+    raise ValueError(f'Layer-wise adaptation needs one subtree per layer (layers_{{i}}), but '
+                     f'{scanned[0]!r} belongs to a scanned stack: set T5Config.scan_layers = False.')
   tops: dict[str, int] = {}
   for p in paths:
     m = _LAYER.match(p)

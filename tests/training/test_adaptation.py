@@ -90,6 +90,11 @@ def test_layer_depths():
       'encoder/relpos_bias/rel_embedding': 1, 'token_embedder/embedding': None}
 
 
+def test_layer_depths_refuse_scanned_stacks():
+  with pytest.raises(ValueError, match="'encoder/layers/mlp/wi/kernel' belongs to a scanned"):
+    adaptation.layer_depths(['token_embedder/embedding', 'encoder/layers/mlp/wi/kernel'])
+
+
 # ----------------------------------------------------------------------------- the optimizer
 def test_frozen_leaves_get_zero_updates_and_no_state():
   tx = adaptation.adapted(optax.adam(1.0), frozen=['^encoder/'])

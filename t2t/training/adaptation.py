@@ -123,8 +123,11 @@ def trainable_mask(optimizer: optax.GradientTransformation, params: Any) -> Any:
 def value_and_grad_trainable(fn: Callable[..., Any], mask: Any) -> Callable[..., Any]:
   """Like `jax.value_and_grad(fn, has_aux=True)` over argument 0, for the masked leaves only.
 
-  Frozen leaves enter `fn` as constants, so no gradient work is done for them; their entry in the
-  returned gradient tree is zeros (which `optax.set_to_zero` discards, and XLA removes).
+  Frozen leaves enter `fn` as constants: no gradient with respect to them is formed (back-prop
+  still passes through them to trainable parameters below; with a frozen encoder under a trained
+  head it stops at the head). Their entry in the returned tree is zeros, which
+  `optax.set_to_zero` discards and XLA removes. Gradual unfreezing is dynamic, so it does not
+  save gradient work: locked layers are differentiated and their updates zeroed.
   """
   keep = jax.tree.leaves(mask)
 

@@ -241,6 +241,10 @@ def adapted(base: optax.GradientTransformation = gin.REQUIRED,
     layers of every stack train, embeddings always. T5 uses 12 episodes over fine-tuning.
   layer_decay: discriminative learning rates (Howard & Ruder 2018 §3.2: eta^{l-1} = eta^l / 2.6;
     Peters et al. 2019 App. A.2: x0.4): updates at depth k below the top are scaled by decay ** k.
+
+  Keep `adapted` outermost: wrapped in another optax transformation (e.g. `optax.chain`) it still
+  freezes, but the trainer no longer sees its `trainable_mask` and differentiates everything.
+  Put clipping etc. inside, in `base`.
   """
   if unfreeze_every is not None and unfreeze_every < 1:
     raise ValueError(f'adapted.unfreeze_every must be a positive number of steps, got '

@@ -26,7 +26,10 @@ and, when untied, `logits_dense`):
 Variants (T5Config flags): `shared_encoder_decoder` drops the decoder layers' self-attention, FFN and
 their norms (they reuse encoder/layers_{i}'s); `scan_layers` replaces layers_{i} by one `layers`
 subtree whose leaves have a leading [num_layers] axis named 'layers'; `remat_policy` changes no
-parameter. The default tree is the one above (Hugging Face conversion and checkpoints rely on it).
+parameter. Fine-tuning options add parameters only when on (t2t/models/peft.py): `adapter_dim`
+adds `{encoder,decoder}/layers_{i}/adapter/{wi,wo}/kernel`, `num_prompt_tokens` adds
+`prompt/embedding` [n, d]. The default tree is the one above (Hugging Face conversion and
+checkpoints rely on it).
 The decoder-only models (LM, prefix LM) live in decoder_only.py.
 """
 from __future__ import annotations
@@ -41,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t.models import layers
+from t2t.models import peft
 
 Array = jax.Array
 
@@ -82,6 +86,13 @@ class T5Config:
   # models). Parameters then live under `{encoder,decoder}/layers` with a leading axis named 'layers'
   # (see `stack_layer_params` / `unstack_layer_params`). Decoding uses the unscanned form.
   scan_layers: bool = False
+  # Fine-tuning additions (t2t/models/peft.py; 0 = off, the parameter tree is then unchanged).
+  # Adapter layers (T5 §3.5.2, Table 10): a dense-ReLU-dense block of this inner width, with a
+  # residual, after every FFN; parameters `layers_{i}/adapter/{wi,wo}/kernel`.
+  adapter_dim: int = 0
+  # Prompt tuning: this many learned vectors (`prompt/embedding` [n, d]) prepended to the embedded
+  # encoder input; the encoder output then has l_enc + n positions. Unpacked batches only.
+  num_prompt_tokens: int = 0
 
   def __post_init__(self):
     for name in ('vocab_size', 'd_model', 'num_heads', 'd_kv', 'd_ff', 'relative_attention_num_buckets',
@@ -89,7 +100,7 @@ class T5Config:
       value = getattr(self, name)
       if not isinstance(value, (int, np.integer)) or value <= 0:
         raise ValueError(f'T5Config.{name} must be a positive integer, got {value!r}.')
-    for name in ('num_encoder_layers', 'num_decoder_layers'):
+    for name in ('num_encoder_layers', 'num_decoder_layers', 'adapter_dim', 'num_prompt_tokens'):
       value = getattr(self, name)
       if not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f'T5Config.{name} must be a non-negative integer, got {value!r}.')
@@ -149,6 +160,12 @@ def _relpos(c: T5Config, bidirectional: bool, name: str | None = None) -> layers
       dtype=c.dtype, param_dtype=c.param_dtype, name=name)
 
 
+def _adapter(c: T5Config) -> peft.Adapter | None:
+  if not c.adapter_dim:
+    return None
+  return peft.Adapter(c.adapter_dim, dtype=c.dtype, param_dtype=c.param_dtype)
+
+
 def _constrain(x: Array) -> Array:
   return nn.with_logical_constraint(x, ('batch', 'length', 'embed'))
 
@@ -166,14 +183,17 @@ class EncoderLayer(nn.Module):
     self.attention = _attention(c)
     self.pre_mlp_layer_norm = _norm(c)
     self.mlp = _mlp(c)
+    self.adapter = _adapter(c)
     self.dropout = nn.Dropout(c.dropout_rate)
 
   def __call__(self, x: Array, bias: Array, enable_dropout: bool = True) -> Array:
     drop = lambda y: self.dropout(y, deterministic=not enable_dropout)
     h = self.pre_attention_layer_norm(x)
     x = x + drop(self.attention(h, h, bias, enable_dropout=enable_dropout))
-    h = self.pre_mlp_layer_norm(_constrain(x))
-    x = x + drop(self.mlp(h, enable_dropout=enable_dropout))
+    h = self.mlp(self.pre_mlp_layer_norm(_constrain(x)), enable_dropout=enable_dropout)
+    if self.adapter is not None:
+      h = self.adapter(h)
+    x = x + drop(h)
     return _constrain(x)
 
 
@@ -198,6 +218,7 @@ class DecoderLayer(nn.Module):
     if self.cross_attention:
       self.pre_cross_attention_layer_norm = _norm(c)
       self.encoder_decoder_attention = _attention(c)
+    self.adapter = _adapter(c)  # a decoder layer's own, also when it shares the encoder's FFN
     self.dropout = nn.Dropout(c.dropout_rate)
 
   def __call__(self, x: Array, encoded: Array | None, self_bias: Array, cross_bias: Array | None,
@@ -215,8 +236,10 @@ class DecoderLayer(nn.Module):
       h = self.pre_cross_attention_layer_norm(_constrain(x))
       x = x + drop(self.encoder_decoder_attention(
           h, encoded, cross_bias, enable_dropout=enable_dropout, decode=decode, cross_cache=True))
-    h = mlp_norm(_constrain(x))
-    x = x + drop(mlp(h, enable_dropout=enable_dropout))
+    h = mlp(mlp_norm(_constrain(x)), enable_dropout=enable_dropout)
+    if self.adapter is not None:
+      h = self.adapter(h)
+    x = x + drop(h)
     return _constrain(x)
 
 
@@ -315,12 +338,20 @@ class Encoder(nn.Module):
     self.dropout = nn.Dropout(c.dropout_rate)
 
   def __call__(self, tokens: Array, segment_ids: Array | None = None,
-               enable_dropout: bool = True) -> Array:
+               enable_dropout: bool = True, prefix: Array | None = None) -> Array:
+    """`prefix` [b, n, d] (prompt tuning) is prepended to the embedded tokens; output [b, n + l_enc, d]."""
     c = self.config
     drop = lambda y: self.dropout(y, deterministic=not enable_dropout)
-    x = _constrain(drop(self.shared_embedding(tokens)))
+    x = self.shared_embedding(tokens)
     valid = _valid(tokens, segment_ids)
-    length = tokens.shape[1]
+    if prefix is not None:
+      if segment_ids is not None:
+        raise ValueError('Prompt tuning (T5Config.num_prompt_tokens > 0) needs unpacked batches: '
+                         'set USE_PACKING = False (train.use_packing).')
+      x = jnp.concatenate([prefix.astype(x.dtype), x], axis=1)
+      valid = jnp.concatenate([jnp.ones(prefix.shape[:2], bool), valid], axis=1)
+    x = _constrain(drop(x))
+    length = x.shape[1]
     # Positions inside each packed segment differ from the row positions by a constant, so relative
     # offsets between tokens of one segment are the row offsets: no per-segment positions needed.
     bias = self.relpos_bias(length, length) + layers.mask_to_bias(
@@ -448,14 +479,18 @@ class Transformer(nn.Module):
                                        embedding_init=_normal(1.0), dtype=c.dtype,
                                        param_dtype=c.param_dtype)
     self.encoder = Encoder(c, shared_embedding=self.token_embedder)
+    self.prompt = (peft.PromptEmbedding(c.num_prompt_tokens, c.d_model, dtype=c.dtype,
+                                        param_dtype=c.param_dtype)
+                   if c.num_prompt_tokens else None)
     self.decoder = Decoder(c, shared_embedding=self.token_embedder,
                            shared_encoder=self.encoder if c.shared_encoder_decoder else None)
 
   def encode(self, encoder_input_tokens: Array, encoder_segment_ids: Array | None = None,
              enable_dropout: bool = True) -> Array:
-    """[b, l_enc] token ids -> [b, l_enc, d] encoder output."""
+    """[b, l_enc] token ids -> [b, n + l_enc, d] encoder output (n = num_prompt_tokens, often 0)."""
     _check_tokens('encoder_input_tokens', encoder_input_tokens)
-    return self.encoder(encoder_input_tokens, encoder_segment_ids, enable_dropout)
+    prefix = None if self.prompt is None else self.prompt(encoder_input_tokens.shape[0])
+    return self.encoder(encoder_input_tokens, encoder_segment_ids, enable_dropout, prefix)
 
   def decode(self, encoded: Array, encoder_input_tokens: Array, decoder_input_tokens: Array,
              encoder_segment_ids: Array | None = None, decoder_segment_ids: Array | None = None,
@@ -472,10 +507,15 @@ class Transformer(nn.Module):
     """
     del decoder_positions
     _check_tokens('decoder_input_tokens', decoder_input_tokens)
-    if encoded.shape[:2] != encoder_input_tokens.shape:
+    n = self.config.num_prompt_tokens
+    b, l_enc = encoder_input_tokens.shape
+    if encoded.shape[:2] != (b, n + l_enc):
       raise ValueError(f'encoded {encoded.shape[:2]} and encoder_input_tokens '
-                       f'{encoder_input_tokens.shape} disagree on [batch, length].')
+                       f'{encoder_input_tokens.shape} (+ {n} prompt positions) disagree on '
+                       '[batch, length].')
     encoder_valid = _valid(encoder_input_tokens, encoder_segment_ids)
+    if n:  # the prompt positions are always real
+      encoder_valid = jnp.concatenate([jnp.ones((b, n), bool), encoder_valid], axis=1)
     return self.decoder(encoded, encoder_valid, decoder_input_tokens, encoder_segment_ids,
                         decoder_segment_ids, enable_dropout, decode)
 

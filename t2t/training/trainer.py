@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t2t.training import adaptation
 from t2t.training.partitioning import Partitioner
 
 
@@ -32,12 +33,17 @@ class Hook(Protocol):
                batch: Mapping[str, np.ndarray]) -> None: ...
 
 
-def train_step(model: Any, optimizer: optax.GradientTransformation, state: TrainState,
-               batch: Mapping[str, jax.Array], dropout_rng: jax.Array
+def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: Any,
+               state: TrainState, batch: Mapping[str, jax.Array], dropout_rng: jax.Array
                ) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimizer step on one batch; returns the new state and the step's metrics."""
+  """One optimizer step on one batch; returns the new state and the step's metrics.
+
+  `trainable` (a static bool tree like the params, `adaptation.trainable_mask`) says which
+  parameters are differentiated; the others' gradients are zeros, so `grad_norm` covers the
+  trainable ones only.
+  """
   rng = jax.random.fold_in(dropout_rng, state.step)
-  grad_fn = jax.value_and_grad(model.loss_fn, has_aux=True)
+  grad_fn = adaptation.value_and_grad_trainable(model.loss_fn, trainable)
   (_, metrics), grads = grad_fn(state.params, batch, rng)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
@@ -76,7 +82,8 @@ class Trainer:
                                       opt_state=self.opt_state_shardings)
     data = partitioner.data_sharding
     self._train_step = jax.jit(
-        functools.partial(train_step, model, optimizer),
+        functools.partial(train_step, model, optimizer,
+                          adaptation.trainable_mask(optimizer, self.params_abstract)),
         in_shardings=(self.state_shardings, data, partitioner.replicated),
         out_shardings=(self.state_shardings, partitioner.replicated),
         donate_argnums=(0,))

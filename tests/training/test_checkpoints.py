@@ -81,3 +81,92 @@ def test_load_params_errors(tmp_path):
     checkpoints.load_params(str(tmp_path / "nope"), _tree(), _replicated(_tree()))
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
     checkpoints.load_params(str(tmp_path), _tree(), _replicated(_tree()))
+
+
+# --- partial restore ------------------------------------------------------------------------------
+
+
+def _saved(tmp_path):
+  tree = {"encoder": {f"layers_{i}": {"kernel": jnp.full((2, 3), float(i + 1))} for i in range(2)},
+          "head": {"kernel": jnp.full((4,), 7.0)}, "old": jnp.ones((2,))}
+  ckpt = checkpoints.Checkpointer(str(tmp_path))
+  ckpt.save(3, tree, {}, {})
+  ckpt.close()
+  return str(tmp_path)
+
+
+def _model_tree():
+  """Has one layer more than the checkpoint, the same head, and lacks 'old'."""
+  return {"encoder": {f"layers_{i}": {"kernel": jnp.zeros((2, 3))} for i in range(3)},
+          "head": {"kernel": jnp.zeros((4,))}}
+
+
+def _fresh():
+  return jax.tree.map(lambda x: x - 1.0, _model_tree())
+
+
+def test_plan_restore_sorts_parameters_into_loaded_fresh_and_skipped():
+  saved = {"a/kernel": [2, 3], "b": [4], "head/w": [5], "gone": [1]}
+  expected = {"a/kernel": [2, 3], "b": [5], "head/w": [5], "new": [1]}
+  plan = checkpoints.plan_restore(saved, expected, reinitialize=["head/.*"])
+  assert plan.loaded == ("a/kernel",)
+  assert plan.reinitialised == {"b": "shape", "head/w": "head/.*", "new": "new"}
+  assert plan.skipped == ("gone",)
+
+
+def test_abbreviate_folds_layer_indices_and_truncates():
+  names = [f"encoder/layers_{i}/mlp/kernel" for i in range(6)] + ["decoder/layers_0/x",
+                                                                  "decoder/layers_2/x", "emb"]
+  assert checkpoints.abbreviate(names) == (
+      "encoder/layers_{0-5}/mlp/kernel, decoder/layers_{0,2}/x, emb")
+  assert checkpoints.abbreviate(["a", "b", "c"], limit=2) == "a, b (+1 more)"
+
+
+def test_partial_restore_loads_matches_initialises_new_and_skips_extra(tmp_path):
+  path = _saved(tmp_path)
+  model = _model_tree()
+  params, step, plan = checkpoints.restore_params(path, model, _replicated(model), _fresh,
+                                                  partial=True)
+  assert step == 3
+  np.testing.assert_array_equal(params["encoder"]["layers_0"]["kernel"], np.full((2, 3), 1.0))
+  np.testing.assert_array_equal(params["encoder"]["layers_1"]["kernel"], np.full((2, 3), 2.0))
+  np.testing.assert_array_equal(params["encoder"]["layers_2"]["kernel"], np.full((2, 3), -1.0))
+  np.testing.assert_array_equal(params["head"]["kernel"], np.full((4,), 7.0))
+  assert plan.skipped == ("old",)
+  report = plan.report(path, step)
+  assert "loaded 3 parameters: encoder/layers_{0-1}/kernel, head/kernel" in report
+  assert "reinitialised 1:" in report and "1 not in the checkpoint: encoder/layers_2/kernel" in report
+  assert "skipped 1 checkpoint parameters the model lacks: old" in report
+
+
+def test_reinitialize_patterns_give_a_fresh_head(tmp_path):
+  path = _saved(tmp_path)
+  model = _model_tree()
+  params, _, plan = checkpoints.restore_params(path, model, _replicated(model), _fresh,
+                                               partial=True, reinitialize=["head/.*"])
+  np.testing.assert_array_equal(params["head"]["kernel"], np.full((4,), -1.0))
+  assert plan.reinitialised["head/kernel"] == "head/.*"
+  assert "1 matches 'head/.*': head/kernel" in plan.report(path, 3)
+
+
+def test_without_partial_restore_a_mismatch_says_how_to_ask_for_it(tmp_path):
+  path = _saved(tmp_path)
+  model = _model_tree()
+  with pytest.raises(checkpoints.CheckpointMismatchError) as err:
+    checkpoints.restore_params(path, model, _replicated(model), _fresh)
+  message = str(err.value)
+  assert "encoder/layers_2/kernel" in message  # the first mismatch, by name
+  assert "train.partial_restore = True" in message and "--gin.train.partial_restore=True" in message
+
+
+def test_matching_checkpoint_loads_fully_without_initialising(tmp_path):
+  path = _saved(tmp_path)
+  like = {"encoder": {f"layers_{i}": {"kernel": jnp.zeros((2, 3))} for i in range(2)},
+          "head": {"kernel": jnp.zeros((4,))}, "old": jnp.zeros((2,))}
+
+  def fail():
+    raise AssertionError("nothing should be initialised")
+
+  params, _, plan = checkpoints.restore_params(path, like, _replicated(like), fail)
+  assert not plan.reinitialised and not plan.skipped
+  np.testing.assert_array_equal(params["old"], np.ones(2))

@@ -113,36 +113,29 @@ def train(*,
       writer.write(step, {**metrics, "steps_per_sec": speed["steps_per_sec"],
                           "tokens_per_sec": speed["tokens_per_sec"]})
 
+  last_saved = None
+
   def save(step, state):
-    ckpt.save(step, state.params, state.opt_state,
-              {"batches_consumed": batches_consumed + step - start,
-               "mixture_or_task_name": mixture_or_task_name})
+    nonlocal last_saved
+    if step != last_saved:  # an early stop saves, perhaps at a step just checkpointed
+      ckpt.save(step, state.params, state.opt_state,
+                {"batches_consumed": batches_consumed + step - start,
+                 "mixture_or_task_name": mixture_or_task_name})
+      last_saved = step
 
-  saved = {"step": None}
-
-  def save_once(step, state):
-    if saved["step"] != step:
-      save(step, state)
-      saved["step"] = step
-
-  def stop(step, reason):
-    save_once(step, state_box["state"])
+  def stop(step, state, reason):
+    save(step, state)
     with open(os.path.join(model_dir, STOPPED), "w") as f:
       json.dump({"step": step, "reason": reason}, f)
     reporting.announce(f"Stopped at step {step}: {reason}.")
-
-  state_box = {"state": state}
-
-  def track(step, state, metrics, batch):  # the state `stop` saves (after every other hook)
-    state_box["state"] = state
 
   validate = []
   if validation is not None:
     validate = [validation.hook(model=model, mixture_or_task_name=mixture_or_task_name,
                                 task_feature_lengths=task_feature_lengths, model_dir=model_dir,
                                 partitioner=partitioner, start_step=start, last_step=train_steps)]
-  all_hooks = [report, *validate, trainer_lib.every(checkpoint_every, save_once, last=train_steps),
-               *hooks, track]
+  all_hooks = [report, *validate, trainer_lib.every(checkpoint_every, save, last=train_steps),
+               *hooks]
   stopped = _stopped_at(model_dir, start)
   try:
     if stopped:

@@ -144,13 +144,13 @@ class Trainer:
 
 def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str, np.ndarray]],
              num_steps: int, hooks: Sequence[Hook], log_every: int = 10,
-             on_stop: Callable[[int, str], None] | None = None) -> TrainState:
+             on_stop: Callable[[int, TrainState, str], None] | None = None) -> TrainState:
   """Runs steps until `state.step == num_steps`, calling every hook after each step.
 
   Metrics are fetched from the device only every `log_every` steps (and at the last), so the
   host does not wait on each step; hooks receive `metrics=None` in between. A hook returning a
   `Control` may replace the state (later hooks see the new one) or stop the loop after this
-  step's hooks have run; `on_stop(step, reason)` is then called.
+  step's hooks have run; `on_stop(step, state, reason)` is then called.
   """
   step = int(jax.device_get(state.step))
   stop = None
@@ -172,7 +172,7 @@ def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str,
         state = control.state if control.state is not None else state
         stop = stop or control.stop
   if stop is not None and on_stop is not None:
-    on_stop(step, stop)
+    on_stop(step, state, stop)
   return state
 
 

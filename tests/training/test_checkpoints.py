@@ -170,3 +170,50 @@ def test_matching_checkpoint_loads_fully_without_initialising(tmp_path):
   params, _, plan = checkpoints.restore_params(path, like, _replicated(like), fail)
   assert not plan.reinitialised and not plan.skipped
   np.testing.assert_array_equal(params["old"], np.ones(2))
+
+
+def _t5_params(num_encoder_layers):
+  """Freshly initialised parameters of the toy one-decoder-layer T5, and a Trainer around it."""
+  from t2t.models.api import EncoderDecoderModel
+  from t2t.models.transformer import T5Config, Transformer
+  from t2t.training import optim
+  from t2t.training.trainer import Trainer
+  from tests.training import toy
+  config = T5Config(vocab_size=64, d_model=32, num_heads=2, d_kv=16, d_ff=64,
+                    num_encoder_layers=num_encoder_layers, num_decoder_layers=1)
+  model = EncoderDecoderModel(module=Transformer(config), input_vocabulary=toy.VOCAB,
+                              output_vocabulary=toy.VOCAB)
+  shapes = {k: (2, 8) for k in ("encoder_input_tokens", "decoder_input_tokens",
+                                "decoder_target_tokens", "decoder_loss_weights")}
+  tr = Trainer(model, optim.adafactor(), Partitioner(), shapes)
+  return tr, tr.init_params()
+
+
+def test_t5_checkpoint_into_a_t5_with_a_layer_more_and_back(tmp_path):
+  small, small_params = _t5_params(1)
+  big, _ = _t5_params(2)
+  ckpt = checkpoints.Checkpointer(str(tmp_path / "small"))
+  ckpt.save(1, small_params, {}, {})
+  ckpt.close()
+  params, _, plan = checkpoints.restore_params(str(tmp_path / "small"), big.params_abstract,
+                                               big.params_shardings, big.init_params,
+                                               partial=True)
+  added = {n for n in checkpoints.param_shapes(big.params_abstract) if "layers_1" in n}
+  assert set(plan.reinitialised) == added and all(v == "new" for v in plan.reinitialised.values())
+  assert not plan.skipped
+  kernel = lambda p: np.asarray(p["encoder"]["layers_0"]["attention"]["query"]["kernel"])
+  np.testing.assert_array_equal(kernel(params), kernel(small_params))
+  np.testing.assert_array_equal(np.asarray(params["token_embedder"]["embedding"]),
+                                np.asarray(small_params["token_embedder"]["embedding"]))
+
+  ckpt = checkpoints.Checkpointer(str(tmp_path / "big"))
+  ckpt.save(1, params, {}, {})
+  ckpt.close()
+  back, _, plan = checkpoints.restore_params(str(tmp_path / "big"), small.params_abstract,
+                                             small.params_shardings, small.init_params,
+                                             partial=True)
+  assert set(plan.skipped) == added and not plan.reinitialised
+  np.testing.assert_array_equal(kernel(back), kernel(small_params))
+  with pytest.raises(checkpoints.CheckpointMismatchError, match="encoder/layers_1/.*partial_restore"):
+    checkpoints.restore_params(str(tmp_path / "big"), small.params_abstract,
+                               small.params_shardings, small.init_params)

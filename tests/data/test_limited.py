@@ -51,3 +51,14 @@ def test_a_mixture_cannot_be_capped_as_one_task():
   seqio.MixtureRegistry.add("limited_test_mix", [("bbc_topic", 1.0)])
   with pytest.raises(ValueError, match="mixture"):
     limited.limited_task("limited_test_mix", 10)
+
+
+def test_limited_data_recipe_draws_with_the_seed_macro():
+  from t2t import config
+  config.parse_gin(["experiments/bbc_demo/finetune.gin", "recipes/limited_data.gin"],
+                   ["MODEL_DIR = '/tmp/unused'", "INITIAL_CHECKPOINT_PATH = None",
+                    "LIMITED_TASK = 'bbc_topic'", "TRAIN_EXAMPLES = 12", "SEED = 4"])
+  import gin
+  assert str(gin.query_parameter("train.seed")) == "%SEED"
+  assert limited.limited_task() == "bbc_topic_n12_seed4"
+  assert len(_ids("bbc_topic_n12_seed4")) == 12

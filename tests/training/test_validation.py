@@ -120,3 +120,40 @@ def test_schedule_decodes_the_validation_split(tmp_path):
   assert [h["step"] for h in state["history"]] == [2, 3]
   assert all(0 <= h["metrics"]["toy_copy/accuracy"] <= 100 for h in state["history"])
   assert os.listdir(tmp_path / validation.BEST_DIR) == [f"checkpoint_{state['best_step']}"]
+
+
+def test_a_resumed_run_replays_its_checks_up_to_the_checkpoint(tmp_path):
+  """Checks at 2, 4, 6 ran, the run resumed from step 4: the counters continue from step 4."""
+  import jax.numpy as jnp
+  import optax
+  from t2t.training.trainer import TrainState
+  tx = optim.with_lr_scale(optax.sgd(0.1))
+  params = {"w": jnp.ones(2)}
+  state = TrainState(step=jnp.asarray(0), params=params, opt_state=tx.init(params))
+  schedule = validation.Validation(every_steps=2, decay_patience=1, stop_patience=None)
+  metrics_fn = lambda params, step: {"t": {"accuracy": {2: 5.0, 4: 5.0, 6: 5.0}[step]}}
+  hook = validation.ValidationHook(schedule, metrics_fn, str(tmp_path), 0, 100)
+  for step in (2, 4, 6):
+    control = hook(step, state, None, None)
+  assert optim.get_lr_scale(control.state.opt_state) == 0.5  # at 6: 2 checks > 1 without gain
+  resumed = validation.ValidationHook(schedule, metrics_fn, str(tmp_path), 4, 100)
+  assert [h["step"] for h in resumed.history] == [2, 4]
+  assert (resumed.plateau.best_step, resumed.plateau.bad_checks) == (2, 1)
+  control = resumed(6, state, None, None)
+  assert optim.get_lr_scale(control.state.opt_state) == 0.5
+  saved = json.load(open(tmp_path / validation.STATE_FILE))["history"]
+  assert [h["step"] for h in saved] == [2, 4, 6]
+
+
+def test_jiant_recipe_binds_the_papers_schedule():
+  from t2t import config
+  config.parse_gin(["experiments/bbc_demo/finetune.gin", "recipes/jiant.gin"],
+                   ["MODEL_DIR = '/tmp/unused'", "INITIAL_CHECKPOINT_PATH = None"])
+  schedule = validation.Validation()
+  assert (schedule.every_steps, schedule.decay_patience, schedule.decay_factor,
+          schedule.stop_patience, schedule.min_learning_rate) == (1000, 4, 0.5, 20, 1e-6)
+  assert schedule.learning_rate == 3e-4
+  import gin
+  assert str(gin.query_parameter("train.optimizer")) == "@amsgrad()"
+  assert str(gin.query_parameter("amsgrad.learning_rate")) == "%LEARNING_RATE"
+  assert gin.query_parameter("%LEARNING_RATE") == 3e-4

@@ -262,14 +262,28 @@ def _seqio_metrics_fn(model: Any, mixture_or_task_name: str, split: str,
   partitioner.check_batch_size(batch_size)
   predictor = Predictor(model, None, partitioner, batch_size)
 
+  def predict_fn(dataset):
+    return _fixed_length(predictor.seqio_predict_fn(dataset))
+
   def metrics_fn(params: Any, step: int) -> dict[str, dict[str, float]]:
     predictor.params = params
-    future, _ = evaluator.evaluate(compute_metrics=True, step=step,
-                                   predict_fn=predictor.seqio_predict_fn,
+    future, _ = evaluator.evaluate(compute_metrics=True, step=step, predict_fn=predict_fn,
                                    score_fn=predictor.seqio_score_fn)
     return {task: {k: _scalar(v) for k, v in ms.items()} for task, ms in future.result().items()}
 
   return metrics_fn
+
+
+def _fixed_length(predictions: list[tuple[int, Any]], eos_id: int = 1
+                  ) -> list[tuple[int, list[int]]]:
+  """Pads decoded ids to one length, EOS then zeros (the model API's convention).
+
+  seqio's Evaluator stacks the predictions into one array, which fails on lists of different
+  lengths; its vocabularies decode up to the first EOS, so the padding decodes to nothing.
+  """
+  width = max((len(ids) for _, ids in predictions), default=0) + 1
+  return [(i, [int(t) for t in ids] + [eos_id] + [0] * (width - len(ids) - 1))
+          for i, ids in predictions]
 
 
 def _scalar(value: Any) -> Any:

@@ -157,3 +157,9 @@ def test_jiant_recipe_binds_the_papers_schedule():
   assert str(gin.query_parameter("train.optimizer")) == "@amsgrad()"
   assert str(gin.query_parameter("amsgrad.learning_rate")) == "%LEARNING_RATE"
   assert gin.query_parameter("%LEARNING_RATE") == 3e-4
+
+
+def test_predictions_are_padded_to_one_length_with_eos():
+  out = validation._fixed_length([(0, [5, 6, 7]), (1, []), (2, [9])])
+  assert out == [(0, [5, 6, 7, 1]), (1, [1, 0, 0, 0]), (2, [9, 1, 0, 0])]
+  assert toy.VOCAB.decode(out[2][1]) == [9, 1]  # decoding stops at the first EOS

@@ -79,7 +79,8 @@ class Phase:
     eval_gin_files: the eval command's gin files (after the common ones); empty: no eval.
     eval_bindings: {gin name: value} for the eval command, besides the phase's own
       MIXTURE_OR_TASK_NAME, TASK_FEATURE_LENGTHS and SEED, which are passed on.
-    seeds: restarts, one run per seed (see the module docstring); empty: one run.
+    seeds: restarts, one run per seed (see the module docstring); empty: one run. Without
+      eval_gin_files nothing ranks the restarts, and the next phase starts from the first.
     metric: 'task/metric' that picks the best restart (default: the first in metrics.json).
   """
   name: str = gin.REQUIRED

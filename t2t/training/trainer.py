@@ -168,7 +168,7 @@ def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str,
         raise FloatingPointError(f"Loss became {fetched['loss']} at step {step}.")
     for hook in hooks:
       control = hook(step, state, fetched, batch)
-      if control is not None:
+      if isinstance(control, Control):  # anything else a hook returns is ignored, as before
         state = control.state if control.state is not None else state
         stop = stop or control.stop
   if stop is not None and on_stop is not None:

@@ -174,6 +174,11 @@ class RestorePlan:
   loaded: tuple[str, ...]
   reinitialised: Mapping[str, str]
   skipped: tuple[str, ...]
+  saved_names: tuple[str, ...] = ()  # every checkpoint parameter (for abbreviating)
+
+  @property
+  def model_names(self) -> tuple[str, ...]:
+    return (*self.loaded, *self.reinitialised)
 
   def report(self, where: str, step: int, max_names: int = 6) -> str:
     """A few lines for the user: counts and (abbreviated) names of each group."""
@@ -181,14 +186,16 @@ class RestorePlan:
     for name, reason in self.reinitialised.items():
       why.setdefault(reason, []).append(name)
     lines = [f"Partial restore from {where} (step {step}):",
-             f"  loaded {len(self.loaded)} parameters: {abbreviate(self.loaded, max_names)}",
+             f"  loaded {len(self.loaded)} parameters: "
+             f"{abbreviate(self.loaded, max_names, self.model_names)}",
              f"  reinitialised {len(self.reinitialised)}" + (":" if why else "")]
     labels = {"new": "not in the checkpoint", "shape": "shape differs"}
     for reason, names in sorted(why.items()):
       label = labels.get(reason, f"matches {reason!r}")
-      lines.append(f"    {len(names)} {label}: {abbreviate(names, max_names)}")
+      lines.append(f"    {len(names)} {label}: {abbreviate(names, max_names, self.model_names)}")
     lines.append(f"  skipped {len(self.skipped)} checkpoint parameters the model lacks"
-                 + (f": {abbreviate(self.skipped, max_names)}" if self.skipped else ""))
+                 + (f": {abbreviate(self.skipped, max_names, self.saved_names)}"
+                    if self.skipped else ""))
     return "\n".join(lines)
 
 
@@ -212,26 +219,47 @@ def plan_restore(saved: Mapping[str, list[int]], expected: Mapping[str, list[int
     else:
       loaded.append(name)
   skipped = tuple(sorted(set(saved) - set(expected)))
-  return RestorePlan(loaded=tuple(loaded), reinitialised=fresh, skipped=skipped)
+  return RestorePlan(loaded=tuple(loaded), reinitialised=fresh, skipped=skipped,
+                     saved_names=tuple(sorted(saved)))
 
 
-def abbreviate(names: Sequence[str], limit: int = 6) -> str:
-  """Names with layer indices folded ('encoder/layers_{0-5}/mlp/wi/kernel'), at most `limit`."""
-  groups: dict[str, list[int]] = {}
+def abbreviate(names: Sequence[str], limit: int = 6, universe: Sequence[str] = ()) -> str:
+  """A short rendering of parameter names, at most `limit` items.
+
+  A scope whose every parameter (among `universe`, e.g. all of the model's) is in `names` is
+  shown once, as 'encoder/layers_1/* (8)'; then layer indices are folded:
+  'decoder/layers_{0-5}/mlp/wi/kernel'.
+  """
+  names = sorted(names)
+  chosen, everything = set(names), set(universe) | set(names)
+  items: list[tuple[str, int]] = []
+  covered: set[str] = set()
   for name in names:
-    m = _LAYER.search(name)
-    key = _LAYER.sub("layers_{}", name, count=1) if m else name
-    groups.setdefault(key, []).append(int(m.group(1)) if m else -1)
+    if name in covered:
+      continue
+    parts = name.split("/")
+    for k in range(1, len(parts) + 1):
+      prefix = "/".join(parts[:k])
+      if all(u in chosen for u in everything if u == prefix or u.startswith(prefix + "/")):
+        break
+    members = [n for n in names if n == prefix or n.startswith(prefix + "/")]
+    covered.update(members)
+    items.append((members[0], 1) if len(members) == 1 else (prefix + "/*", len(members)))
+  groups: dict[str, tuple[list[int], int]] = {}
+  for label, count in items:
+    m = _LAYER.search(label)
+    key = _LAYER.sub("layers_{}", label, count=1) if m else label
+    indices, total = groups.get(key, ([], 0))
+    groups[key] = (indices + ([int(m.group(1))] if m else []), total + count)
   shown = []
-  for key, idx in groups.items():
-    if idx[0] < 0:
-      shown.append(key)
-    else:
+  for key, (idx, count) in groups.items():
+    if idx:
       idx = sorted(idx)
       span = (str(idx[0]) if len(idx) == 1 else
               f"{idx[0]}-{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else
               ",".join(map(str, idx)))
-      shown.append(key.replace("{}", "{" + span + "}") if len(idx) > 1 else key.format(span))
+      key = key.replace("{}", span if len(idx) == 1 else "{" + span + "}")
+    shown.append(f"{key} ({count})" if key.endswith("/*") else key)
   more = len(shown) - limit
   return ", ".join(shown[:limit]) + (f" (+{more} more)" if more > 0 else "")
 

@@ -114,11 +114,17 @@ def test_plan_restore_sorts_parameters_into_loaded_fresh_and_skipped():
   assert plan.skipped == ("gone",)
 
 
-def test_abbreviate_folds_layer_indices_and_truncates():
-  names = [f"encoder/layers_{i}/mlp/kernel" for i in range(6)] + ["decoder/layers_0/x",
-                                                                  "decoder/layers_2/x", "emb"]
-  assert checkpoints.abbreviate(names) == (
-      "encoder/layers_{0-5}/mlp/kernel, decoder/layers_{0,2}/x, emb")
+def test_abbreviate_folds_whole_scopes_and_layer_indices_and_truncates():
+  model = ([f"encoder/layers_{i}/mlp/{w}" for i in range(6) for w in ("wi", "wo")]
+           + ["decoder/layers_0/x", "decoder/layers_1/x", "decoder/layers_2/x", "emb"])
+  # encoder/ is whole; of the decoder only layers 0 and 2.
+  names = [n for n in model if n.startswith("encoder")] + ["decoder/layers_0/x",
+                                                           "decoder/layers_2/x", "emb"]
+  assert checkpoints.abbreviate(names, universe=model) == (
+      "decoder/layers_{0,2}/x, emb, encoder/* (12)")
+  # Whole layers folded when the stack is not whole: layers 1-3 of six.
+  names = [f"encoder/layers_{i}/mlp/{w}" for i in (1, 2, 3) for w in ("wi", "wo")]
+  assert checkpoints.abbreviate(names, universe=model) == "encoder/layers_{1-3}/* (6)"
   assert checkpoints.abbreviate(["a", "b", "c"], limit=2) == "a, b (+1 more)"
 
 

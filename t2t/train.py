@@ -7,7 +7,12 @@ Example (pre-train the tiny T5 on BBC span corruption):
     --gin.MODEL_DIR=/tmp/t2t/pretrain
 
 The run resumes from the latest checkpoint in MODEL_DIR; INITIAL_CHECKPOINT_PATH (fine-tuning)
-loads parameters from another run when MODEL_DIR holds none yet.
+loads parameters from another run when MODEL_DIR holds none yet -- all of them, or with
+`train.partial_restore = True` those whose path and shape match (the rest initialised fresh;
+`train.reinitialize = ['head/.*']` forces a fresh start for matching names). With
+`train.validation = @Validation()` the run validates every N steps, keeps the best checkpoint
+in MODEL_DIR/best, decays the learning rate on a plateau and stops early
+(t2t.training.validation; gin/recipes/jiant.gin). A run that stopped early stays stopped.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ if __name__ == "__main__":
   from t2t import cli
   cli.run_module("t2t.train")
 
+import json
 import os
 from typing import Any, Mapping, Sequence
 
@@ -25,8 +31,10 @@ import jax
 import optax
 
 from t2t import config
+from t2t.data import limited  # noqa: F401  (registers @limited_task for gin files)
 from t2t.data import registry
-from t2t.training import checkpoints, inputs, reporting, trainer as trainer_lib
+from t2t.training import checkpoints, inputs, optim, reporting, trainer as trainer_lib
+from t2t.training import validation as validation_lib
 from t2t.training.partitioning import Partitioner
 
 
@@ -41,6 +49,9 @@ def train(*,
           optimizer: optax.GradientTransformation = gin.REQUIRED,
           partitioner: Partitioner | None = None,
           initial_checkpoint_path: str | None = None,
+          partial_restore: bool = False,
+          reinitialize: Sequence[str] = (),
+          validation: validation_lib.Validation | None = None,
           use_packing: bool = True,
           seed: int = 0,
           checkpoint_every: int = 1000,
@@ -50,7 +61,9 @@ def train(*,
   """Trains `model` on a seqio task or mixture until step `train_steps`; returns the state.
 
   Writes into `model_dir`: checkpoints every `checkpoint_every` steps and at the end,
-  `config.gin`, TensorBoard events under `train/`, and `metrics.jsonl`.
+  `config.gin`, TensorBoard events under `train/`, and `metrics.jsonl`. With `validation`:
+  also `best/`, `validation/` events, `validation_state.json`, and `stopped.json` when the
+  schedule ends the run early.
   """
   inputs.limit_tf_threads()
   registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), "train")
@@ -59,6 +72,8 @@ def train(*,
   converter = model.feature_converter_cls(pack=use_packing)
   model_lengths = converter.get_model_feature_lengths(dict(task_feature_lengths))
   input_shapes = {k: (batch_size, v) for k, v in model_lengths.items()}
+  if validation is not None and validation.decays_learning_rate:
+    optimizer = optim.with_lr_scale(optimizer)
   tr = trainer_lib.Trainer(model, optimizer, partitioner, input_shapes, seed=seed)
 
   ckpt = checkpoints.Checkpointer(model_dir, keep=keep_checkpoints)
@@ -74,10 +89,13 @@ def train(*,
     batches_consumed = int(meta.get("batches_consumed", latest))
     reporting.announce(f"Resuming from {model_dir} at step {latest}.")
   elif initial_checkpoint_path:
-    params, from_step = checkpoints.load_params(initial_checkpoint_path, tr.params_abstract,
-                                                tr.params_shardings)
+    params, from_step, plan = checkpoints.restore_params(
+        initial_checkpoint_path, tr.params_abstract, tr.params_shardings, tr.init_params,
+        partial=partial_restore, reinitialize=reinitialize)
     reporting.announce(
         f"Initialised parameters from {initial_checkpoint_path} (step {from_step}).")
+    if plan.reinitialised or plan.skipped:
+      reporting.announce(plan.report(initial_checkpoint_path, from_step))
     state, batches_consumed = tr.init_state(params), 0
   else:
     state, batches_consumed = tr.init_state(), 0
@@ -95,15 +113,37 @@ def train(*,
       writer.write(step, {**metrics, "steps_per_sec": speed["steps_per_sec"],
                           "tokens_per_sec": speed["tokens_per_sec"]})
 
-  def save(step, state):
-    ckpt.save(step, state.params, state.opt_state,
-              {"batches_consumed": batches_consumed + step - start,
-               "mixture_or_task_name": mixture_or_task_name})
+  last_saved = None
 
-  all_hooks = [report, trainer_lib.every(checkpoint_every, save, last=train_steps), *hooks]
+  def save(step, state):
+    nonlocal last_saved
+    if step != last_saved:  # an early stop saves, perhaps at a step just checkpointed
+      ckpt.save(step, state.params, state.opt_state,
+                {"batches_consumed": batches_consumed + step - start,
+                 "mixture_or_task_name": mixture_or_task_name})
+      last_saved = step
+
+  def stop(step, state, reason):
+    save(step, state)
+    with open(os.path.join(model_dir, STOPPED), "w") as f:
+      json.dump({"step": step, "reason": reason}, f)
+    reporting.announce(f"Stopped at step {step}: {reason}.")
+
+  validate = []
+  if validation is not None:
+    validate = [validation.hook(model=model, mixture_or_task_name=mixture_or_task_name,
+                                task_feature_lengths=task_feature_lengths, model_dir=model_dir,
+                                partitioner=partitioner, start_step=start, last_step=train_steps)]
+  all_hooks = [report, *validate, trainer_lib.every(checkpoint_every, save, last=train_steps),
+               *hooks]
+  stopped = _stopped_at(model_dir, start)
   try:
-    if start < train_steps:
-      state = trainer_lib.run_loop(tr, state, batches, train_steps, all_hooks, log_every)
+    if stopped:
+      reporting.announce(f"The run in {model_dir} stopped early at step {start} ({stopped}); "
+                         "nothing to train.")
+    elif start < train_steps:
+      state = trainer_lib.run_loop(tr, state, batches, train_steps, all_hooks, log_every,
+                                   on_stop=stop)
     else:
       reporting.announce(
           f"MODEL_DIR already holds step {start} >= TRAIN_STEPS={train_steps}; nothing to train.")
@@ -114,6 +154,19 @@ def train(*,
     # Again at the end: gin adds `train`'s own bindings once the call has been made.
     config.write_operative_config(model_dir)
   return state
+
+
+STOPPED = "stopped.json"
+
+
+def _stopped_at(model_dir: str, step: int) -> str | None:
+  """The reason the run in `model_dir` stopped early at `step`, if it did."""
+  path = os.path.join(model_dir, STOPPED)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    record = json.load(f)
+  return record["reason"] if record.get("step") == step else None
 
 
 def main(argv: Sequence[str]) -> None:

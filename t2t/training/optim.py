@@ -4,10 +4,17 @@ Pre-training: AdaFactor with the inverse-square-root schedule 1/sqrt(max(step, w
 Fine-tuning: AdaFactor at a constant 0.001. The AdaFactor settings follow the reference code:
 no momentum (beta1 = 0), update clipping 1.0, decay rate 0.8, epsilon1 1e-30, factored second
 moments for dimensions of at least 128, updates scaled by the parameter's RMS (epsilon2 1e-3).
+
+jiant's protocol (Wang et al., App. B): AMSGrad, and a learning rate halved on a validation
+plateau -- a runtime factor in the optimizer state (`with_lr_scale`) that
+t2t.training.validation changes between steps.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import gin
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -60,3 +67,75 @@ def adamw(learning_rate: optax.ScalarOrSchedule = 1e-4, b1: float = 0.9, b2: flo
   if grad_clip_norm is not None:
     tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
   return tx
+
+
+@gin.configurable
+def amsgrad(learning_rate: optax.ScalarOrSchedule = 1e-4, b1: float = 0.9, b2: float = 0.999,
+            eps: float = 1e-8, grad_clip_norm: float | None = 5.0) -> optax.GradientTransformation:
+  """AMSGrad (Reddi et al., 2018), jiant's optimizer for non-BERT models (Wang et al. App. B).
+
+  Adam whose step divides by the running maximum of the (bias-corrected) second moment, so the
+  effective step size never grows. Rates in the paper: 1e-4 for classification pre-training,
+  1e-3 for generation, 3e-4 for target tasks. jiant clips gradients at global norm 5.
+  """
+  tx = optax.amsgrad(learning_rate, b1=b1, b2=b2, eps=eps)
+  if grad_clip_norm is not None:
+    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
+  return tx
+
+
+class LrScaleState(NamedTuple):
+  """The runtime learning-rate factor: a float32 scalar the training loop may change."""
+  lr_scale: jax.Array
+
+
+def scale_by_lr_factor() -> optax.GradientTransformation:
+  """Multiplies every update by the factor kept in its state (1.0 at init)."""
+
+  def init(params):
+    del params
+    return LrScaleState(lr_scale=jnp.ones([], jnp.float32))
+
+  def update(updates, state, params=None):
+    del params
+    return jax.tree.map(lambda u: u * state.lr_scale.astype(u.dtype), updates), state
+
+  return optax.GradientTransformation(init, update)
+
+
+def with_lr_scale(optimizer: optax.GradientTransformation) -> optax.GradientTransformation:
+  """`optimizer` followed by a runtime learning-rate factor (for decay on a plateau).
+
+  The factor scales the final updates, so it composes with any optimizer, schedule or
+  wrapper (masks, per-group rates): for an optimizer whose update is -lr * d, the result is
+  -(lr * factor) * d. Read and change it with `get_lr_scale` / `set_lr_scale`.
+  """
+  return optax.chain(optimizer, scale_by_lr_factor())
+
+
+def _is_scale(x: Any) -> bool:
+  return isinstance(x, LrScaleState)
+
+
+def get_lr_scale(opt_state: Any) -> float:
+  """The runtime factor of an optimizer state built by `with_lr_scale`."""
+  found = [s for s in jax.tree.leaves(opt_state, is_leaf=_is_scale) if _is_scale(s)]
+  if len(found) != 1:
+    raise ValueError(f"Expected one learning-rate factor in the optimizer state, found "
+                     f"{len(found)}; wrap the optimizer with t2t.training.optim.with_lr_scale.")
+  return float(jax.device_get(found[0].lr_scale))
+
+
+def set_lr_scale(opt_state: Any, value: float) -> Any:
+  """A copy of `opt_state` whose runtime factor is `value` (same sharding as before)."""
+  get_lr_scale(opt_state)  # exactly one factor
+
+  def replace(s):
+    if not _is_scale(s):
+      return s
+    old = s.lr_scale
+    new = jnp.asarray(value, jnp.float32)
+    sharding = getattr(old, "sharding", None)
+    return LrScaleState(lr_scale=jax.device_put(new, sharding) if sharding is not None else new)
+
+  return jax.tree.map(replace, opt_state, is_leaf=_is_scale)

@@ -7,6 +7,7 @@ the progress bar -- is a hook called between steps.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
@@ -28,9 +29,19 @@ class TrainState:
   opt_state: Any
 
 
+@dataclasses.dataclass(frozen=True)
+class Control:
+  """What a hook may ask of the loop: a replacement state (e.g. a new learning-rate factor in
+  the optimizer state) and/or to stop after this step (early stopping), with a reason."""
+  state: TrainState | None = None
+  stop: str | None = None
+
+
 class Hook(Protocol):
+  """Called after every step. Returns None (most hooks) or a `Control`."""
+
   def __call__(self, step: int, state: TrainState, metrics: Mapping[str, float] | None,
-               batch: Mapping[str, np.ndarray]) -> None: ...
+               batch: Mapping[str, np.ndarray]) -> Control | None: ...
 
 
 def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: Any,
@@ -139,14 +150,18 @@ class Trainer:
 
 
 def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str, np.ndarray]],
-             num_steps: int, hooks: Sequence[Hook], log_every: int = 10) -> TrainState:
+             num_steps: int, hooks: Sequence[Hook], log_every: int = 10,
+             on_stop: Callable[[int, TrainState, str], None] | None = None) -> TrainState:
   """Runs steps until `state.step == num_steps`, calling every hook after each step.
 
   Metrics are fetched from the device only every `log_every` steps (and at the last), so the
-  host does not wait on each step; hooks receive `metrics=None` in between.
+  host does not wait on each step; hooks receive `metrics=None` in between. A hook returning a
+  `Control` may replace the state (later hooks see the new one) or stop the loop after this
+  step's hooks have run; `on_stop(step, state, reason)` is then called.
   """
   step = int(jax.device_get(state.step))
-  while step < num_steps:
+  stop = None
+  while step < num_steps and stop is None:
     try:
       batch = next(batches)
     except StopIteration as e:
@@ -159,7 +174,12 @@ def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str,
       if not np.isfinite(fetched["loss"]):
         raise FloatingPointError(f"Loss became {fetched['loss']} at step {step}.")
     for hook in hooks:
-      hook(step, state, fetched, batch)
+      control = hook(step, state, fetched, batch)
+      if isinstance(control, Control):  # anything else a hook returns is ignored, as before
+        state = control.state if control.state is not None else state
+        stop = stop or control.stop
+  if stop is not None and on_stop is not None:
+    on_stop(step, state, stop)
   return state
 
 

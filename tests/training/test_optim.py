@@ -50,3 +50,47 @@ def test_optimizers_minimise_a_least_squares_problem(make):
   for _ in range(100):
     params, state = step(params, state)
   assert loss(params) < 0.2 * start
+
+
+def test_amsgrad_keeps_the_largest_second_moment():
+  """Two steps on a scalar, by hand (b1 0.9, b2 0.999, lr 1): g = 1 then g = 0.1.
+
+  Step 1: m_hat = 1, v_hat = 1 -> update -1. Step 2: m = 0.1 -> m_hat = 0.1 / 0.19 = 0.526316;
+  v = 0.001009 -> v_hat = 0.504752, but the maximum stays 1 -> update -0.526316
+  (Adam would take -0.526316 / sqrt(0.504752) = -0.740810).
+  """
+  tx = optim.amsgrad(learning_rate=1.0, grad_clip_norm=None)
+  params = {"w": jnp.zeros(())}
+  state = tx.init(params)
+  u1, state = tx.update({"w": jnp.asarray(1.0)}, state, params)
+  u2, state = tx.update({"w": jnp.asarray(0.1)}, state, params)
+  np.testing.assert_allclose(u1["w"], -1.0, rtol=1e-5)
+  np.testing.assert_allclose(u2["w"], -0.1 / 0.19, rtol=1e-5)
+  adam = optax.adam(1.0)
+  s = adam.init(params)
+  _, s = adam.update({"w": jnp.asarray(1.0)}, s, params)
+  a2, _ = adam.update({"w": jnp.asarray(0.1)}, s, params)
+  np.testing.assert_allclose(a2["w"], -0.740810, rtol=1e-5)
+
+
+def test_lr_scale_multiplies_the_updates_of_any_optimizer():
+  base = optax.multi_transform({"train": optax.sgd(0.1), "frozen": optax.set_to_zero()},
+                               {"a": "train", "b": "frozen"})
+  tx = optim.with_lr_scale(base)
+  params = {"a": jnp.ones(3), "b": jnp.ones(3)}
+  grads = {"a": jnp.full(3, 2.0), "b": jnp.full(3, 2.0)}
+  state = tx.init(params)
+  assert optim.get_lr_scale(state) == 1.0
+  updates, _ = tx.update(grads, state, params)
+  np.testing.assert_allclose(updates["a"], -0.2)
+  state = optim.set_lr_scale(state, 0.5)
+  assert optim.get_lr_scale(state) == 0.5
+  updates, state = tx.update(grads, state, params)
+  np.testing.assert_allclose(updates["a"], -0.1)
+  np.testing.assert_allclose(updates["b"], 0.0)
+  assert optim.get_lr_scale(state) == 0.5  # the update keeps the factor
+
+
+def test_lr_scale_missing_is_a_clear_error():
+  with pytest.raises(ValueError, match="with_lr_scale"):
+    optim.get_lr_scale(optax.sgd(0.1).init({"a": jnp.ones(2)}))

@@ -10,8 +10,9 @@ it to a category (`CATEGORIES`): dropout rng (random bits), dropout masks (compa
 relpos bias, attention, ffn, layer norm, embedding/logits, loss, optimizer (the update and the
 gradient norm: train_step's own ops), other XLA.
 
-Prints one JSON line: seconds per call in each category (summed over the threads that ran the
-thunks, so it can exceed the wall time when two thunks overlap), the wall time per call, and the
+Prints one JSON line: seconds per call in each category (innermost thunks only, since a `call` or
+`while` thunk is timed again by the thunks it runs; summed over the threads that ran them, so it can
+exceed the wall time when two thunks overlap), the wall time per call, and the
 time outside XLA thunks (wall - thunk time on the host thread that drives the program: Python,
 dispatch, host<->device copies). `--hlo-dir` also writes the optimized HLO text.
 """
@@ -79,6 +80,21 @@ def _trace_events(trace_dir: str) -> list[dict[str, Any]]:
   return data['traceEvents'] if isinstance(data, dict) else data
 
 
+def _leaf_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """The events that contain no other event on their thread: a `call` or `while` thunk is timed
+  again by the thunks it runs, so counting both would count its time twice."""
+  by_thread: dict[Any, list[dict[str, Any]]] = collections.defaultdict(list)
+  for e in events:
+    by_thread[(e.get('pid'), e.get('tid'))].append(e)
+  leaves = []
+  for evs in by_thread.values():
+    evs.sort(key=lambda e: (e['ts'], -e.get('dur', 0.0)))
+    for e, nxt in zip(evs, evs[1:] + [None]):
+      if nxt is None or nxt['ts'] >= e['ts'] + e.get('dur', 0.0):
+        leaves.append(e)
+  return leaves
+
+
 def breakdown(fn: Callable[[], Any], hlo_texts: Sequence[str], steps: int,
               trace_dir: str) -> dict[str, Any]:
   """Profiles `steps` calls of `fn` (already compiled) and sums thunk time by category."""
@@ -93,9 +109,8 @@ def breakdown(fn: Callable[[], Any], hlo_texts: Sequence[str], steps: int,
   by_cat: dict[str, float] = collections.defaultdict(float)
   by_op: dict[str, float] = collections.defaultdict(float)
   by_thread: dict[Any, float] = collections.defaultdict(float)
-  for e in _trace_events(trace_dir):
-    if e.get('ph') != 'X' or e['name'] not in meta:
-      continue
+  for e in _leaf_events([e for e in _trace_events(trace_dir)
+                         if e.get('ph') == 'X' and e['name'] in meta]):
     dur = e.get('dur', 0.0) / 1e6 / steps
     by_cat[categorise(meta[e['name']])] += dur
     by_op[e['name']] += dur

@@ -13,8 +13,9 @@ gradient norm: train_step's own ops), other XLA.
 Prints one JSON line: seconds per call in each category (innermost thunks only, since a `call` or
 `while` thunk is timed again by the thunks it runs; summed over the threads that ran them, so it can
 exceed the wall time when two thunks overlap), the wall time per call, and the
-time outside XLA thunks (wall - thunk time on the host thread that drives the program: Python,
-dispatch, host<->device copies). `--hlo-dir` also writes the optimized HLO text.
+time the busiest thread spent outside leaf thunks (`outside_xla_s_per_call` = wall - that thread's
+thunk time: an upper bound on Python, dispatch, host<->device copies, thunk-executor overhead
+between small thunks, and waiting for other threads). `--hlo-dir` also writes the optimized HLO text.
 """
 from __future__ import annotations
 

@@ -1,15 +1,17 @@
-"""T5 v1.0 Small on CPU: t2t's jitted train step and decoding, timed against a PyTorch peer.
+"""T5 v1.0 Small on CPU: t2t's train step and decoding, timed against Hugging Face in the same run.
 
-  python -m benchmarks.t5_small_cpu {train|decode} [--steps 5] [--warmup 2] [--beams 1]
-      [--threads 2] [--peer PATH | --no-peer] [--batch 8] [--enc-len 512] [--dec-len 114]
-      [--gen-len 64] [--tiny] [--dropout RATE]
+  python -m benchmarks.t5_small_cpu [all|train|decode] [--steps 5] [--warmup 2] [--beams 1]
+      [--threads 2] [--peer PATH | --no-peer] [--allow-loaded] [--batch 8] [--enc-len 512]
+      [--dec-len 114] [--gen-len 64] [--tiny] [--dropout RATE] [--dropout-prng IMPL] [--out PATH]
 
-Prints ONE JSON line (keys documented in benchmarks/README.md and checked by
-tests/benchmarks/test_t5_small_cpu.py). The model is T5 v1.0 small with random initialisation
+`all` (the default) measures the matmul roof, then the train step, greedy decoding and beam-4
+decoding, each against the peer, and prints ONE JSON line on stdout (keys in benchmarks/README.md,
+checked by tests/benchmarks/) and a table with the ratios and the issue's targets on stderr.
+`train` / `decode` run one of them. The model is T5 v1.0 small with random initialisation
 (vocab 32128, d_model 512, 6 + 6 layers, 8 heads x 64, d_ff 2048, relu, tied embeddings; dropout 0.1
 for training, 0 for decoding) behind a `seqio.PassThroughVocabulary`, so nothing is downloaded.
 
-What is timed, and how it lines up with the peer (`hf_t5_peer.py`, Hugging Face PyTorch T5):
+What is timed, and how it lines up with the peer (`benchmarks/hf_t5_peer.py`, Hugging Face PyTorch T5):
 - train: `Trainer.step` (jitted `train_step`: loss, grads, AdaFactor update), synchronised every step
   (the peer calls `loss.item()` every step). Tokens per step = batch * (enc_len + dec_len).
 - decode: `Predictor.predict` (jitted `predict_batch` with the KV cache) for `gen_len` new tokens,
@@ -17,12 +19,15 @@ What is timed, and how it lines up with the peer (`hf_t5_peer.py`, Hugging Face 
   its logit is set to -1e9 before every choice, which is what the peer's `min_new_tokens=gen_len`
   does, so both decode exactly `gen_len` tokens per row. Tokens = batch * gen_len.
 Model TFLOP/s use model (not hardware) FLOPs: matmuls only, 2 per multiply-add, attention at full size,
-training = 3 x forward; the formula is `/work/shared/bench/t5_small_flops.py`, re-derived here with
-the shapes and sizes as parameters (`model_flops`), equal to it at the default shapes.
+training = 3 x forward; the formula is `benchmarks/t5_small_flops.py`, re-derived here with the
+shapes and sizes as parameters (`model_flops`), equal to it at the default shapes.
 
 Both sides run on the same `--threads` cores: the process pins itself to them (sched_setaffinity,
 which sizes XLA's CPU thread pool), TensorFlow gets one thread (it is only imported, by seqio), and the
 peer subprocess inherits the affinity and is passed `--threads`. The two run one after the other.
+The machine's load is checked before anything runs (refused above the core count unless
+`--allow-loaded`) and every timed section records the cores other processes used meanwhile
+(`benchmarks/machine.py`); a figure from a loaded section is marked `loaded` in the JSON and table.
 """
 from __future__ import annotations
 
@@ -53,6 +58,8 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import seqio  # noqa: E402
 
+from benchmarks import machine, report  # noqa: E402
+from benchmarks.matmul_roof import jax_roof  # noqa: E402
 from t2t.models import decoding  # noqa: E402
 from t2t.models.api import EncoderDecoderModel  # noqa: E402
 from t2t.models.transformer import T5Config, Transformer  # noqa: E402
@@ -154,8 +161,11 @@ def _summary(times: Sequence[float], tokens: int, flops: int) -> dict[str, Any]:
 
 
 def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps: int,
-                warmup: int) -> dict[str, Any]:
-  """Times `Trainer.step` on random tokens [batch, enc_len] -> [batch, dec_len] (all weighted)."""
+                warmup: int, dropout_prng: str | None = None) -> dict[str, Any]:
+  """Times `Trainer.step` on random tokens [batch, enc_len] -> [batch, dec_len] (all weighted).
+
+  `dropout_prng` None keeps the trainer's dropout key; else a key of that `jax.random` impl (A/B).
+  """
   model = _model(config)
   rng = np.random.default_rng(0)
   targets = _tokens(rng, (batch, dec_len), config.vocab_size)
@@ -165,6 +175,8 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
               decoder_loss_weights=np.ones((batch, dec_len), np.float32))
   trainer = Trainer(model, adafactor_like_peer(), Partitioner(),
                     {k: v.shape for k, v in data.items()})
+  if dropout_prng is not None:
+    trainer.dropout_rng = jax.random.key(1, impl=dropout_prng)
   state = trainer.init_state()
   nparams = sum(int(x.size) for x in jax.tree.leaves(state.params))
   losses = []
@@ -178,7 +190,8 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
   first, times, _ = _timed(step, warmup, steps)
   flops = model_flops(config, batch, enc_len, dec_len, 0)['train_step']
   return dict(**_summary(times, batch * (enc_len + dec_len), flops), compile_and_first_s=first,
-              params=nparams, losses=losses, flops_per_step=flops)
+              params=nparams, losses=losses, flops_per_step=flops,
+              dropout_prng=str(jax.random.key_impl(trainer.dropout_rng)))
 
 
 def _no_eos(decode_fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
@@ -217,19 +230,28 @@ def bench_decode(config: T5Config, batch: int, enc_len: int, gen_len: int, beams
 
 
 def default_peer_path() -> Path:
-  """<repo>/../shared/bench/hf_t5_peer.py."""
-  return Path(__file__).resolve().parents[1].parent / 'shared' / 'bench' / 'hf_t5_peer.py'
+  """benchmarks/hf_t5_peer.py, next to this file."""
+  return Path(__file__).resolve().parent / 'hf_t5_peer.py'
+
+
+def peer_unavailable(peer: Path) -> str | None:
+  """Why the peer cannot run (missing script or packages), or None."""
+  if not peer.is_file():
+    return f'peer script not found at {peer}'
+  missing = [m for m in ('torch', 'transformers') if importlib.util.find_spec(m) is None]
+  if missing:
+    return (f'{" and ".join(missing)} not installed in {sys.executable} (the peer needs '
+            '`pip install torch==2.13.0 transformers==5.23.0`; or pass --no-peer)')
+  return None
 
 
 def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads: int,
-             flops: int, tokens_per_gen: int | None = None, timeout_s: float = 3600.0
+             flops: int, timeout_s: float = 3600.0
              ) -> tuple[dict[str, Any] | None, str | None]:
   """Runs the peer script; returns (its summary + raw result, None) or (None, why it did not run)."""
-  if not peer.is_file():
-    return None, f'peer script not found at {peer}'
-  missing = [m for m in ('torch', 'transformers') if importlib.util.find_spec(m) is None]
-  if missing:
-    return None, f'{" and ".join(missing)} not installed in {sys.executable}'
+  why = peer_unavailable(peer)
+  if why:
+    return None, why
   cmd = [sys.executable, str(peer), mode, '--steps', str(steps), '--warmup', str(warmup),
          '--threads', str(threads), '--beams', str(beams)]
   try:
@@ -265,40 +287,47 @@ def pin_threads(threads: int) -> list[int]:
     raise ValueError(f'--threads must be >= 1, got {threads}.')
   cpus = sorted(os.sched_getaffinity(0))
   if threads > len(cpus):
-    raise ValueError(f'--threads {threads} exceeds the {len(cpus)} CPUs this process may use.')
+    raise ValueError(f'--threads {threads} is more than the {len(cpus)} cores this process may use '
+                     f'(os.cpu_count() = {os.cpu_count()}); both sides would oversubscribe them. '
+                     f'Use --threads {len(cpus)} or fewer.')
   os.sched_setaffinity(0, cpus[:threads])
   return cpus[:threads]
+
+
+def _check_common(steps: int, warmup: int, **lengths: int) -> None:
+  for name, value in dict(steps=steps, **lengths).items():
+    if value < 1:
+      raise ValueError(f'--{name.replace("_", "-")} must be >= 1, got {value}.')
+  if warmup < 1:
+    raise ValueError(f'--warmup must be >= 1 (the first call compiles), got {warmup}.')
 
 
 def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: int = 2,
         batch: int = 8, enc_len: int = 512, dec_len: int = 114, gen_len: int = 64,
         tiny: bool = False, dropout_rate: float | None = None, peer: Path | None = None,
-        no_peer: bool = False) -> dict[str, Any]:
+        no_peer: bool = False, dropout_prng: str | None = None) -> dict[str, Any]:
   """Runs one benchmark (t2t, then the peer) and returns the result dict printed as JSON.
 
   `dropout_rate` None = the peer's (0.1 train, 0 decode); another value never runs the peer.
   """
   if mode not in ('train', 'decode'):
     raise ValueError(f'mode must be "train" or "decode", got {mode!r}.')
-  for name, value in dict(steps=steps, batch=batch, enc_len=enc_len, dec_len=dec_len,
-                          gen_len=gen_len).items():
-    if value < 1:
-      raise ValueError(f'--{name.replace("_", "-")} must be >= 1, got {value}.')
-  if warmup < 1:
-    raise ValueError(f'--warmup must be >= 1 (the first call compiles), got {warmup}.')
+  _check_common(steps, warmup, batch=batch, enc_len=enc_len, dec_len=dec_len, gen_len=gen_len)
   peer_dropout = 0.1 if mode == 'train' else 0.0
   config = t5_small_config(peer_dropout if dropout_rate is None else dropout_rate, tiny)
   load_before = os.getloadavg()
-  if mode == 'train':
-    ours = bench_train(config, batch, enc_len, dec_len, steps, warmup)
-  else:
-    ours = bench_decode(config, batch, enc_len, gen_len, beams, steps, warmup)
+  with machine.Section('t2t') as t2t_section:
+    if mode == 'train':
+      ours = bench_train(config, batch, enc_len, dec_len, steps, warmup, dropout_prng)
+    else:
+      ours = bench_decode(config, batch, enc_len, gen_len, beams, steps, warmup)
   load_mid = os.getloadavg()
 
   # Only the lengths a mode uses: train has no generated tokens, decode no teacher-forced targets.
   shapes = (dict(batch=batch, enc_len=enc_len, dec_len=dec_len) if mode == 'train' else
             dict(batch=batch, enc_len=enc_len, gen_len=gen_len, beams=beams))
   peer_result, peer_error = None, None
+  sections = [t2t_section]
   if no_peer:
     peer_error = 'disabled with --no-peer'
   elif (tiny or config.dropout_rate != peer_dropout
@@ -306,8 +335,10 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
     peer_error = (f'the peer runs only T5-small with dropout {peer_dropout} at {PEER_SHAPES}; this '
                   f'run has {shapes}, dropout {config.dropout_rate}{", --tiny" if tiny else ""}')
   else:
-    peer_result, peer_error = run_peer(peer or default_peer_path(), mode, steps, warmup, beams,
-                                       threads, ours['flops_per_step'])
+    with machine.Section('peer') as peer_section:
+      peer_result, peer_error = run_peer(peer or default_peer_path(), mode, steps, warmup, beams,
+                                         threads, ours['flops_per_step'])
+    sections.append(peer_section)
 
   ratio = None
   if peer_result is not None:
@@ -322,16 +353,40 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
       steps=steps, warmup=warmup, threads=threads, cpu_count=os.cpu_count(),
       cpus_used=sorted(os.sched_getaffinity(0)),
       loadavg=dict(before=load_before, after_t2t=load_mid, after_peer=os.getloadavg()),
-      versions=_versions(), flops_source='/work/shared/bench/t5_small_flops.py (re-derived)',
+      sections=[x.as_dict() for x in sections], loaded=any(x.loaded for x in sections),
+      versions=_versions(), flops_source='benchmarks/t5_small_flops.py (re-derived in model_flops)',
       t2t=ours, peer=peer_result, peer_error=peer_error, ratio=ratio)
+
+
+def run_all(*, steps: int = 5, warmup: int = 2, threads: int = 2, peer: Path | None = None,
+            no_peer: bool = False, tiny: bool = False, batch: int = 8, enc_len: int = 512,
+            dec_len: int = 114, gen_len: int = 64, roof_reps: int = 10) -> dict[str, Any]:
+  """The issue's suite: matmul roof, train step, greedy and beam-4 decoding, each against the peer."""
+  _check_common(steps, warmup, batch=batch, enc_len=enc_len, dec_len=dec_len, gen_len=gen_len)
+  with machine.Section('matmul_roof') as roof_section:
+    roof = jax_roof(roof_reps)
+  kw = dict(steps=steps, warmup=warmup, threads=threads, peer=peer, no_peer=no_peer, tiny=tiny,
+            batch=batch, enc_len=enc_len)
+  results = dict(train=run('train', dec_len=dec_len, **kw),
+                 greedy=run('decode', beams=1, gen_len=gen_len, **kw),
+                 beam4=run('decode', beams=4, gen_len=gen_len, **kw))
+  sections = [roof_section.as_dict()] + [
+      dict(sec, name=f'{name}/{sec["name"]}') for name, r in results.items() for sec in r['sections']]
+  out = dict(benchmark='t5_small_cpu', mode='all', model='tiny' if tiny else 't5_1_0_small',
+             threads=threads, cpu_count=os.cpu_count(), cpus_used=sorted(os.sched_getaffinity(0)),
+             versions=_versions(), matmul_roof=roof, results=results, sections=sections,
+             loaded=any(s['loaded'] for s in sections))
+  out['targets'] = report.targets(out)
+  return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  ap.add_argument('mode', choices=['train', 'decode'])
-  ap.add_argument('--steps', type=int, default=5, help='timed steps')
+  ap.add_argument('mode', nargs='?', default='all', choices=['all', 'train', 'decode'],
+                  help='all (default): roof, train, greedy and beam-4 decoding')
+  ap.add_argument('--steps', type=int, default=5, help='timed steps (medians are over these)')
   ap.add_argument('--warmup', type=int, default=2, help='untimed steps (the first compiles)')
-  ap.add_argument('--beams', type=int, default=1, help='1 = greedy, else beam search (decode)')
+  ap.add_argument('--beams', type=int, default=1, help='decode: 1 = greedy, else beam search')
   ap.add_argument('--threads', type=int, default=2, help='CPUs for both t2t and the peer')
   ap.add_argument('--batch', type=int, default=PEER_SHAPES['batch'])
   ap.add_argument('--enc-len', type=int, default=PEER_SHAPES['enc_len'])
@@ -339,18 +394,47 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--gen-len', type=int, default=PEER_SHAPES['gen_len'], help='decoded tokens')
   ap.add_argument('--tiny', action='store_true', help='a tiny model (tests); implies no peer')
   ap.add_argument('--dropout', type=float, default=None,
-                  help="default: the peer's, 0.1 train / 0 decode; another value skips the peer")
+                  help="train/decode: default the peer's, 0.1 train / 0 decode; another skips the peer")
+  ap.add_argument('--dropout-prng', default=None, choices=['threefry2x32', 'rbg', 'unsafe_rbg'],
+                  help="train: the dropout key's PRNG (default: the trainer's), for A/B runs")
   ap.add_argument('--peer', type=Path, default=None, help=f'default: {default_peer_path()}')
   ap.add_argument('--no-peer', action='store_true')
+  ap.add_argument('--allow-loaded', action='store_true',
+                  help='run on a loaded machine anyway; the JSON marks the figures as loaded')
+  ap.add_argument('--out', type=Path, default=None, help='also write the JSON to this file')
   args = ap.parse_args(argv)
-  pin_threads(args.threads)
+  try:
+    pin_threads(args.threads)
+    quiet = machine.check_quiet(args.allow_loaded)
+    if not args.no_peer and not args.tiny:
+      why = peer_unavailable(args.peer or default_peer_path())
+      if why:
+        raise ValueError(f'The Hugging Face peer cannot run: {why}.')
+  except ValueError as e:
+    sys.exit(f'benchmarks.t5_small_cpu: error: {e}')
   import tensorflow as tf  # already imported by seqio; its pools are not created yet
   tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.threading.set_inter_op_parallelism_threads(1)
-  result = run(args.mode, steps=args.steps, warmup=args.warmup, beams=args.beams,
-               threads=args.threads, batch=args.batch, enc_len=args.enc_len, dec_len=args.dec_len,
-               gen_len=args.gen_len, tiny=args.tiny, dropout_rate=args.dropout, peer=args.peer, no_peer=args.no_peer)
-  print(json.dumps(result))
+  common = dict(steps=args.steps, warmup=args.warmup, threads=args.threads, batch=args.batch,
+                enc_len=args.enc_len, gen_len=args.gen_len, tiny=args.tiny, peer=args.peer,
+                no_peer=args.no_peer, dec_len=args.dec_len)
+  try:
+    if args.mode == 'all':
+      result = run_all(**common)
+    else:
+      result = run(args.mode, beams=args.beams, dropout_rate=args.dropout,
+                   dropout_prng=args.dropout_prng, **common)
+  except ValueError as e:
+    sys.exit(f'benchmarks.t5_small_cpu: error: {e}')
+  result['machine'] = dict(quiet, loaded=quiet['loaded_at_start'] or result['loaded'],
+                           date_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+                           cpu=report.cpu_model(), platform=platform.platform())
+  result['loaded'] = result['machine']['loaded']
+  line = json.dumps(result)
+  if args.out:
+    args.out.write_text(line + '\n')
+  print(line, flush=True)
+  print(report.table(result), file=sys.stderr)
 
 
 if __name__ == '__main__':

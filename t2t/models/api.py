@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+import flax
 import flax.linen as nn
 import gin
 import jax
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import seqio
 
-from t2t.models import decoding
+from t2t.models import decoding, layers
 from t2t.models import transformer as t5
 from t2t.models.transformer import Transformer
 
@@ -178,14 +179,49 @@ class EncoderDecoderModel:
           decode=True, mutable=['cache'], method=Transformer.decode)
       return logits, new_vars['cache']
 
-    # A first full-length call sizes the self-attention caches and projects the encoder keys/values.
-    _, cache = run_decoder(jnp.zeros((batch_size, max_decode_length), jnp.int32), None)
+    cache = self._initial_cache(module, params, encoded, enc_tokens, max_decode_length,
+                                lambda tokens: run_decoder(tokens, None)[1])
 
     def tokens_to_logits(tokens: Array, cache: Any) -> tuple[Array, Any]:
       logits, cache = run_decoder(tokens, cache)
       return logits[:, -1, :], cache
 
     return self.decode_fn(tokens_to_logits, cache, batch_size, max_decode_length, rng=rng)
+
+  def _initial_cache(self, module: Transformer, params: Any, encoded: Array, enc_tokens: Array,
+                     length: int, full_pass: Callable[[Array], Any]) -> Any:
+    """The decoder's KV cache before the first token, without running the decoder.
+
+    Sized by `jax.eval_shape` of a full-length first call (`full_pass`, which is what sizes the
+    caches), then filled directly: the encoder-decoder attention keys/values are the encoder output
+    projected by that layer's `key` / `value` kernels (the same `DenseGeneral`), `encoder_valid` is
+    the encoder's padding mask, and everything else (self-attention caches, the `written` slots, the
+    index) starts at zero, which is what the full pass leaves readable: its self-attention entries
+    are masked until written. Saves a decoder pass over `length` tokens and its [b, length, vocab]
+    logits. A cache with entries this does not know falls back to running `full_pass`.
+    """
+    zeros = jnp.zeros((enc_tokens.shape[0], length), jnp.int32)
+    shapes = flax.traverse_util.flatten_dict(flax.core.unfreeze(jax.eval_shape(full_pass, zeros)))
+    c = module.config
+    flat = {}
+    for path, shape in shapes.items():
+      if path[-1] in ('cached_key', 'cached_value') and 'encoder_decoder_attention' in path:
+        proj_params = _get_path(params, path[:-1] + (path[-1][len('cached_'):],))
+        if set(proj_params) != {'kernel'}:  # e.g. an adapter on the projection: let it run
+          return full_pass(zeros)
+        kernel = proj_params['kernel']
+        proj = layers.DenseGeneral(features=tuple(kernel.shape[1:]),
+                                   kernel_axes=('embed', 'heads', 'kv'), dtype=c.dtype)
+        flat[path] = proj.apply({'params': {'kernel': kernel}}, encoded).astype(shape.dtype)
+      elif path[-1] == 'encoder_valid':
+        flat[path] = (enc_tokens > 0).astype(shape.dtype)
+      elif path[-1] in ('cached_key', 'cached_value', 'cache_index', 'written'):
+        flat[path] = jnp.zeros(shape.shape, shape.dtype)
+      else:  # an entry this method does not know how to fill
+        return full_pass(zeros)
+      if flat[path].shape != shape.shape:
+        return full_pass(zeros)
+    return flax.traverse_util.unflatten_dict(flat)
 
   def score_batch(self, params: Any, batch: Batch) -> Array:
     """Sum of target-token log-probabilities per example, weighted by decoder_loss_weights. [b]."""
@@ -209,6 +245,12 @@ def check_max_decode_length(requested: Any, limit: int | None, model_name: str) 
     raise ValueError(f'max_decode_length {requested} exceeds the model\'s limit of {limit} tokens '
                      f'({model_name}.max_decode_length); decode at most {limit} tokens or raise '
                      'the limit.')
+
+
+def _get_path(tree: Any, path: tuple[str, ...]) -> Any:
+  for key in path:
+    tree = tree[key]
+  return tree
 
 
 def _require(batch: Batch, keys: tuple[str, ...], where: str) -> None:

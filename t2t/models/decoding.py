@@ -109,13 +109,21 @@ def _map_batch_leaves(fn: Callable[[Array], Array], cache: Cache) -> Cache:
   return jax.tree_util.tree_map(lambda x: fn(x) if jnp.ndim(x) >= 1 else x, cache)
 
 
+def _reorder(x: Array, rows: Array) -> Array:
+  return jnp.take(x, rows, axis=0) if jnp.ndim(x) >= 1 else x
+
+
 def beam_search_with_scores(tokens_to_logits: TokensToLogits, initial_cache: Cache,
                             batch_size: int, max_decode_length: int, *, beam_size: int = 4,
                             alpha: float = 0.6, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
                             start_id: int | Array = DECODER_START_ID) -> tuple[Array, Array]:
   """Beam search with the T5 length penalty (beam 4, alpha 0.6 in the paper's final models).
 
-  `initial_cache` is for `batch_size` rows; it is repeated per beam here. Returns
+  `initial_cache` is for `batch_size` rows; it is repeated per beam here. Each step reorders the
+  cache rows to follow the surviving beams' parents, except the leaves the step returns unchanged
+  (the very same array, e.g. the encoder's cross-attention keys/values): they are still the per-row
+  repeats of the initial cache, identical across a row's beams, so gathering them within a row would
+  copy them onto themselves. Returns
   (sequences [b, beam_size, max_decode_length], scores [b, beam_size]), best first; a score is the
   sequence log-probability divided by `brevity_penalty(alpha, length)` (length counts EOS). Rows that
   finish no beam within `max_decode_length` return their live beams, scored at that length.
@@ -150,7 +158,7 @@ def beam_search_with_scores(tokens_to_logits: TokensToLogits, initial_cache: Cac
     step, live_seqs, live_lp, fin_seqs, fin_scores, cache = state
     last = jax.lax.dynamic_index_in_dim(live_seqs, step - 1, axis=2, keepdims=False)
     last = jnp.where(step == 0, start, last)
-    logits, cache = tokens_to_logits(last.reshape(b * k, 1), cache)
+    logits, step_cache = tokens_to_logits(last.reshape(b * k, 1), cache)
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     vocab = log_probs.shape[-1]
     cand_lp = (live_lp[:, :, None] + log_probs.reshape(b, k, vocab)).reshape(b, k * vocab)
@@ -165,7 +173,8 @@ def beam_search_with_scores(tokens_to_logits: TokensToLogits, initial_cache: Cac
     live_lp, _, live_seqs, parents = top(jnp.where(is_eos, neg, cand_lp), k, cand_seqs,
                                          cand_beam[:, :, None])
     flat = (batch_offsets + parents[:, :, 0]).reshape(b * k)
-    cache = _map_batch_leaves(lambda x: jnp.take(x, flat, axis=0), cache)
+    cache = jax.tree_util.tree_map(
+        lambda new, old: new if new is old else _reorder(new, flat), step_cache, cache)
     # Finished beams: merge the candidates that just ended with the ones kept so far.
     new_scores = jnp.where(is_eos, cand_lp / brevity_penalty(alpha, step + 1), neg)
     fin_scores, _, fin_seqs = top(jnp.concatenate([fin_scores, new_scores], axis=1), k,

@@ -1,7 +1,12 @@
 """Decoding and scoring a dataset with parameters from one checkpoint (for eval and infer).
 
-Batches are padded to a fixed size so that the jitted functions compile once; the padding
-rows are dropped from the results.
+Batches are padded to a fixed size so that the jitted functions compile once per shape; the
+padding rows are dropped from the results. With `bucket_lengths` (the default) the examples are
+sorted by encoder length and each batch's `encoder_*` features are cut to a power-of-two bucket that
+holds its longest input (at least `MIN_BUCKET`), instead of every batch running at the feature
+length: short inputs cost what they need, and there are at most log2(length / MIN_BUCKET) + 1
+shapes to compile. Cutting trailing padding changes no result (padding is masked out everywhere);
+results come back in the input order.
 """
 from __future__ import annotations
 
@@ -15,14 +20,17 @@ import tensorflow as tf
 from t2t.training import checkpoints
 from t2t.training.partitioning import Partitioner
 
+MIN_BUCKET = 16
+
 
 class Predictor:
   """A model's `predict_batch` and `score_batch`, jitted over a mesh, with loaded parameters."""
 
   def __init__(self, model: Any, params: Any, partitioner: Partitioner, batch_size: int,
-               max_decode_length: int | None = None):
+               max_decode_length: int | None = None, bucket_lengths: bool = True):
     self.model, self.params, self.partitioner = model, params, partitioner
     self.batch_size = batch_size
+    self.bucket_lengths = bucket_lengths
     self._predict = jax.jit(
         lambda p, b: model.predict_batch(p, b, max_decode_length=max_decode_length))
     self._score = jax.jit(model.score_batch)
@@ -31,7 +39,8 @@ class Predictor:
   def from_checkpoint(cls, model: Any, checkpoint_path: str,
                       input_shapes: Mapping[str, tuple[int, ...]],
                       partitioner: Partitioner | None = None, batch_size: int = 32,
-                      max_decode_length: int | None = None) -> "Predictor":
+                      max_decode_length: int | None = None,
+                      bucket_lengths: bool = True) -> "Predictor":
     """Loads parameters from a model directory (latest step) or a checkpoint_<N> directory."""
     partitioner = partitioner or Partitioner()
     partitioner.check_batch_size(batch_size)
@@ -41,40 +50,44 @@ class Predictor:
           jax.random.PRNGKey(0))
     params, step = checkpoints.load_params(checkpoint_path, nn.unbox(boxed),
                                            partitioner.shardings_for(boxed))
-    predictor = cls(model, params, partitioner, batch_size, max_decode_length)
+    predictor = cls(model, params, partitioner, batch_size, max_decode_length, bucket_lengths)
     predictor.step = step
     return predictor
 
   def _batches(self, examples: Iterable[Mapping[str, np.ndarray]]):
-    """Yields (n_real, padded batch) of model features."""
-    buffer: list[Mapping[str, np.ndarray]] = []
-    for ex in examples:
-      buffer.append(ex)
-      if len(buffer) == self.batch_size:
-        yield len(buffer), _stack(buffer)
-        buffer = []
-    if buffer:
-      n = len(buffer)
-      pad = {k: np.zeros_like(v) for k, v in buffer[0].items()}
-      yield n, _stack(buffer + [pad] * (self.batch_size - n))
+    """Yields (positions of the real rows in `examples`, padded batch) of model features."""
+    examples = list(examples)
+    order = list(range(len(examples)))
+    if self.bucket_lengths and examples and "encoder_input_tokens" in examples[0]:
+      order.sort(key=lambda i: _input_length(examples[i]))
+    for start in range(0, len(order), self.batch_size):
+      rows = order[start:start + self.batch_size]
+      buffer = [examples[i] for i in rows]
+      if len(buffer) < self.batch_size:
+        pad = {k: np.zeros_like(v) for k, v in buffer[0].items()}
+        buffer = buffer + [pad] * (self.batch_size - len(buffer))
+      batch = _stack(buffer)
+      if self.bucket_lengths and "encoder_input_tokens" in batch:
+        batch = _cut_to_bucket(batch, max(_input_length(ex) for ex in buffer))
+      yield rows, batch
 
   def predict(self, features: Iterable[Mapping[str, np.ndarray]]) -> list[np.ndarray]:
     """Decoded token ids per example, in order."""
-    out: list[np.ndarray] = []
-    for n, batch in self._batches(features):
+    out: dict[int, np.ndarray] = {}
+    for rows, batch in self._batches(features):
       with self.partitioner.activation_context():
         tokens = jax.device_get(self._predict(self.params, self.partitioner.shard_batch(batch)))
-      out.extend(np.asarray(tokens[:n]))
-    return out
+      out.update((i, np.asarray(t)) for i, t in zip(rows, tokens))
+    return [out[i] for i in range(len(out))]
 
   def score(self, features: Iterable[Mapping[str, np.ndarray]]) -> list[float]:
     """Log-likelihood of each example's targets, in order."""
-    out: list[float] = []
-    for n, batch in self._batches(features):
+    out: dict[int, float] = {}
+    for rows, batch in self._batches(features):
       with self.partitioner.activation_context():
         scores = jax.device_get(self._score(self.params, self.partitioner.shard_batch(batch)))
-      out.extend(float(s) for s in np.asarray(scores[:n]))
-    return out
+      out.update((i, float(s)) for i, s in zip(rows, np.asarray(scores)))
+    return [out[i] for i in range(len(out))]
 
   def seqio_predict_fn(self, dataset: tf.data.Dataset) -> list[tuple[int, np.ndarray]]:
     """seqio.Evaluator's predict_fn: dataset of (index, features) -> [(index, tokens [L])].
@@ -107,6 +120,20 @@ def _split_indexed(dataset: tf.data.Dataset) -> tuple[list[int], list[dict[str, 
     indices.append(int(index))
     features.append(ex)
   return indices, features
+
+
+def _input_length(example: Mapping[str, np.ndarray]) -> int:
+  """Position after the last non-padding encoder token (0 for an all-padding row)."""
+  nonzero = np.flatnonzero(example["encoder_input_tokens"])
+  return int(nonzero[-1]) + 1 if len(nonzero) else 0
+
+
+def _cut_to_bucket(batch: dict[str, np.ndarray], longest: int) -> dict[str, np.ndarray]:
+  """`encoder_*` features [b, L] cut to the power-of-two bucket (>= MIN_BUCKET, <= L) >= longest."""
+  full = batch["encoder_input_tokens"].shape[1]
+  bucket = min(full, max(MIN_BUCKET, 1 << max(longest - 1, 0).bit_length()))
+  return {k: (v[:, :bucket] if k.startswith("encoder_") and v.ndim == 2 and v.shape[1] == full
+              else v) for k, v in batch.items()}
 
 
 def _stack(examples: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:

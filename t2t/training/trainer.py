@@ -76,7 +76,7 @@ class Trainer:
                seed: int = 0):
     self.model, self.optimizer, self.partitioner = model, optimizer, partitioner
     self._init_rng = jax.random.PRNGKey(seed)
-    self.dropout_rng = jax.random.PRNGKey(seed + 1)
+    self.dropout_rng = jax.random.key(seed + 1, impl='rbg')  # XLA Philox bits (benchmarks/README)
 
     def init(rng):
       return model.get_initial_variables(rng, dict(input_shapes))["params"]

@@ -6,15 +6,17 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import machine, report
+
 from benchmarks import t5_small_cpu as bench
 
 TOP_KEYS = {'benchmark', 'mode', 'model', 'config', 'shapes', 'steps', 'warmup', 'threads',
             'cpu_count', 'cpus_used', 'loadavg', 'versions', 'flops_source', 't2t', 'peer',
-            'peer_error', 'ratio'}
+            'peer_error', 'ratio', 'sections', 'loaded'}
 TIMING_KEYS = {'median_s', 'min_s', 'step_times', 'tokens_per_s_median', 'tokens_per_s_best',
                'model_tflops_median', 'model_tflops_best', 'compile_and_first_s', 'params',
                'flops_per_step'}
-SHARED_FLOPS = Path(bench.__file__).resolve().parents[1].parent / 'shared/bench/t5_small_flops.py'
+SHARED_FLOPS = Path(bench.__file__).resolve().parent / 't5_small_flops.py'
 
 
 def _check_common(result, mode, steps):
@@ -71,8 +73,6 @@ def test_bad_arguments(kwargs, name):
 
 
 def test_flops_formula_matches_shared_script():
-  if not SHARED_FLOPS.is_file():
-    pytest.skip(f'{SHARED_FLOPS} not present')
   spec = importlib.util.spec_from_file_location('shared_t5_small_flops', SHARED_FLOPS)
   shared = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(shared)
@@ -82,3 +82,59 @@ def test_flops_formula_matches_shared_script():
   assert ours['decode'] == shared.decode_flops()['total']
   beam = bench.model_flops(bench.t5_small_config(0.0), 8, 512, 114, 64, beams=4)
   assert beam['decode'] > ours['decode']
+
+
+def test_default_peer_lives_in_the_repository():
+  assert bench.default_peer_path().is_file()
+  assert bench.default_peer_path().parent == Path(bench.__file__).resolve().parent
+
+
+def test_peer_not_installed_is_named(monkeypatch):
+  real = bench.importlib.util.find_spec
+  monkeypatch.setattr(bench.importlib.util, 'find_spec',
+                      lambda name: None if name == 'transformers' else real(name))
+  why = bench.peer_unavailable(bench.default_peer_path())
+  assert 'transformers not installed' in why and 'pip install' in why
+
+
+def test_too_many_threads_is_refused_with_the_core_count():
+  import os
+  cores = len(os.sched_getaffinity(0))
+  with pytest.raises(ValueError, match=f'more than the {cores} cores'):
+    bench.pin_threads(cores + 1)
+
+
+def test_loaded_machine_is_refused_unless_allowed(monkeypatch, capsys):
+  import os
+  monkeypatch.setattr(os, 'getloadavg', lambda: (os.cpu_count() + 3.0, 1.0, 1.0))
+  with pytest.raises(machine.LoadedMachineError, match='load average'):
+    machine.check_quiet(allow_loaded=False)
+  assert machine.check_quiet(allow_loaded=True)['loaded_at_start'] is True
+  with pytest.raises(SystemExit, match='--allow-loaded'):
+    bench.main(['train', '--tiny', '--no-peer', '--threads', '1'])
+
+
+def test_section_counts_other_processes_cores():
+  with machine.Section('x') as s:
+    sum(i * i for i in range(200_000))
+  assert s.wall_s > 0 and s.own_cores is not None and s.own_cores > 0
+  assert s.foreign_cores is None or s.foreign_cores >= 0
+  assert set(s.as_dict()) >= {'foreign_cores', 'loadavg_before', 'loaded'}
+
+
+def test_targets_and_table_from_a_result():
+  r = lambda t2t_s, peer_s: dict(
+      t2t=dict(median_s=t2t_s, min_s=t2t_s, tokens_per_s_median=1.0, model_tflops_median=0.1,
+               compile_and_first_s=12.0),
+      peer=dict(median_s=peer_s, min_s=peer_s, tokens_per_s_median=1.0, model_tflops_median=0.1),
+      ratio=dict(speedup_median=peer_s / t2t_s), sections=[])
+  out = dict(mode='all', threads=2, results=dict(train=r(4.0, 8.0), greedy=r(2.0, 3.0),
+                                                 beam4=r(1.0, 2.0)),
+             matmul_roof=dict(roof_gflops=200.0), loaded=True)
+  t = report.targets(out)
+  assert t['train_speedup']['met'] is True and t['greedy_speedup']['met'] is False
+  assert t['train_roof_fraction']['measured'] == pytest.approx(0.5)
+  assert t['compile_and_first_s']['met'] is True
+  out['targets'] = t
+  text = report.table(out)
+  assert 'LOADED MACHINE' in text and '| greedy | t2t |' in text and 'NO' in text

@@ -189,3 +189,32 @@ def test_predict_batch_passes_rng_to_sampling(setup):
   c = predict(params, batch, rng=jax.random.PRNGKey(1))
   np.testing.assert_array_equal(a, b)
   assert not np.array_equal(a, c)
+
+
+def test_initial_cache_equals_the_full_length_decoder_pass(setup):
+  """predict_batch's cache, filled without running the decoder, is the full pass's where it is read:
+  encoder keys/values, encoder mask, index and written slots (self-attention slots are masked)."""
+  model, params, batch = setup
+  module = model.module
+  enc = batch['encoder_input_tokens']
+  encoded = module.apply({'params': params}, enc, enable_dropout=False, method=Transformer.encode)
+
+  calls = []
+
+  def full_pass(tokens):
+    calls.append(tokens)
+    return module.apply({'params': params}, encoded, enc, tokens, enable_dropout=False, decode=True,
+                        mutable=['cache'], method=Transformer.decode)[1]['cache']
+
+  ours = model._initial_cache(module, params, encoded, enc, 6, full_pass)
+  assert len(calls) == 1 and isinstance(calls[0], jax.core.Tracer)  # shapes only: no decoder pass
+  reference = full_pass(jnp.zeros((enc.shape[0], 6), jnp.int32))
+  assert jax.tree.structure(ours) == jax.tree.structure(reference)
+  for path, leaf in jax.tree_util.tree_leaves_with_path(reference):
+    names = jax.tree_util.keystr(path)
+    mine = ours
+    for p in path:
+      mine = mine[p.key]
+    assert mine.shape == leaf.shape and mine.dtype == leaf.dtype, names
+    if 'encoder_decoder_attention' in names or 'self_attention' not in names:
+      np.testing.assert_allclose(mine, leaf, rtol=1e-6, atol=1e-6, err_msg=names)

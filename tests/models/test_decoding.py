@@ -228,3 +228,24 @@ def test_per_row_start_tokens():
   beam = decoding.beam_search(_table_model(nxt), jnp.int32(0), 2, 3, start_id=start, beam_size=2,
                               alpha=0.0)
   np.testing.assert_array_equal(beam, greedy)
+
+
+def test_beam_search_does_not_reorder_cache_leaves_the_step_leaves_unchanged():
+  """A leaf the step returns as the same array (encoder keys/values) is not gathered each step."""
+  gathered = []
+  real_reorder = decoding._reorder
+
+  def spy(x, rows):
+    gathered.append(x.shape)
+    return real_reorder(x, rows)
+
+  def tokens_to_logits(tokens, cache):
+    logits = jnp.zeros((tokens.shape[0], 5)).at[:, 2].set(1.0) + cache['static'][:, :1]
+    return logits, dict(cache, step=cache['step'] + tokens)
+
+  cache = dict(static=jnp.arange(2.0)[:, None] * jnp.ones((2, 7)), step=jnp.zeros((2, 1), jnp.int32))
+  import unittest.mock
+  with unittest.mock.patch.object(decoding, '_reorder', spy):
+    out = decoding.beam_search(tokens_to_logits, cache, 2, 3, beam_size=2)
+  assert out.shape == (2, 3)
+  assert gathered == [(4, 1)]  # only the changing leaf, traced once in the loop body

@@ -167,3 +167,36 @@ def test_mlp_dropout_needs_rng_and_changes_output():
   a = mlp.apply(variables, x, enable_dropout=True, rngs={'dropout': jax.random.PRNGKey(0)})
   b = mlp.apply(variables, x, enable_dropout=False)
   assert not np.allclose(a, b)
+
+
+def test_dropout_keep_mask_rate_independence_and_expectation():
+  """16-bit decisions: the drop rate is round(rate * 2**16) / 2**16, decisions look independent
+  (neighbours, which share a 32-bit word, and elements far apart), and the mean is kept."""
+  n = 1 << 20
+  key = jax.random.key(0, impl='rbg')
+  keep, keep_prob = layers.dropout_keep_mask(key, 0.1, (n,))
+  assert keep_prob == pytest.approx(1 - 6554 / 65536)
+  k = np.asarray(keep, np.float64)
+  sd = np.sqrt(keep_prob * (1 - keep_prob) / n)
+  assert abs(k.mean() - keep_prob) < 5 * sd
+  # Neighbour pairs (the two halves of one word) and pairs 1000 apart: correlation ~ N(0, 1/n).
+  for lag in (1, 1000):
+    corr = np.corrcoef(k[:-lag], k[lag:])[0, 1]
+    assert abs(corr) < 5 / np.sqrt(n), (lag, corr)
+  # Different keys give different masks; an odd size works.
+  other, _ = layers.dropout_keep_mask(jax.random.fold_in(key, 1), 0.1, (n,))
+  assert 0.15 < np.mean(np.asarray(other) != np.asarray(keep)) < 0.2  # 2p(1-p) = 0.18
+  odd, _ = layers.dropout_keep_mask(key, 0.5, (3, 5))
+  assert odd.shape == (3, 5)
+
+
+def test_dropout_module_scales_kept_values_and_is_identity_when_off():
+  x = jnp.ones((64, 256))
+  drop = layers.Dropout(rate=0.25)
+  y = drop.apply({}, x, deterministic=False, rngs={'dropout': jax.random.key(3, impl='rbg')})
+  kept = np.asarray(y) != 0
+  np.testing.assert_allclose(np.asarray(y)[kept], 1 / 0.75, rtol=1e-6)
+  assert abs(kept.mean() - 0.75) < 0.02 and abs(float(y.mean()) - 1.0) < 0.03
+  np.testing.assert_array_equal(drop.apply({}, x, deterministic=True), x)
+  with pytest.raises(Exception, match='dropout'):  # flax: the rng collection is needed
+    drop.apply({}, x, deterministic=False)

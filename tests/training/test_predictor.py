@@ -74,3 +74,41 @@ def test_seqio_predict_fns_return_fixed_length_arrays_in_index_order(tmp_path):
   by_hand = pred.score([predictor._as_targets(f, t) for f, (_, t) in zip(features, out)])
   np.testing.assert_allclose(aux["scores"], by_hand, rtol=1e-6)
   assert np.all(aux["scores"] <= 0)
+
+
+def test_cut_to_bucket_hand_cases():
+  batch = {"encoder_input_tokens": np.ones((2, 64), np.int32), "decoder_target_tokens":
+           np.ones((2, 64), np.int32)}
+  assert predictor._cut_to_bucket(batch, 3)["encoder_input_tokens"].shape == (2, 16)
+  assert predictor._cut_to_bucket(batch, 17)["encoder_input_tokens"].shape == (2, 32)
+  assert predictor._cut_to_bucket(batch, 32)["encoder_input_tokens"].shape == (2, 32)
+  assert predictor._cut_to_bucket(batch, 60)["encoder_input_tokens"].shape == (2, 64)
+  assert predictor._cut_to_bucket(batch, 3)["decoder_target_tokens"].shape == (2, 64)  # untouched
+
+
+def test_length_buckets_change_no_result_and_compile_once_per_bucket():
+  import flax.linen as nn
+  import jax
+  model = toy.model()
+  shapes = {"encoder_input_tokens": (4, 64), "decoder_input_tokens": (4, 8)}
+  params = nn.unbox(model.get_initial_variables(jax.random.PRNGKey(0), shapes)["params"])
+  rng = np.random.default_rng(0)
+  examples = []
+  for n in (5, 60, 12, 30, 7, 3, 40, 20, 9):  # real lengths, then padding to 64
+    tokens = np.zeros(64, np.int32)
+    tokens[:n] = rng.integers(2, 30, n)
+    targets = rng.integers(2, 30, 8).astype(np.int32)
+    examples.append({"encoder_input_tokens": tokens, "decoder_target_tokens": targets,
+                     "decoder_input_tokens": np.concatenate([[0], targets[:-1]]).astype(np.int32),
+                     "decoder_loss_weights": np.ones(8, np.int32)})
+  from t2t.training.partitioning import Partitioner
+  bucketed = Predictor(model, params, Partitioner(), batch_size=4, max_decode_length=8)
+  full = Predictor(model, params, Partitioner(), batch_size=4, max_decode_length=8,
+                   bucket_lengths=False)
+  for a, b in zip(bucketed.predict(examples), full.predict(examples)):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_allclose(bucketed.score(examples), full.score(examples), rtol=1e-5, atol=1e-5)
+  # Sorted by length: batches of lengths (3,5,7,9) -> 16, (12,20,30,40) -> 64, (60) -> 64.
+  assert bucketed._predict._cache_size() == 2 and full._predict._cache_size() == 1
+  bucketed.predict(examples[::-1])  # another order, same buckets: nothing new to compile
+  assert bucketed._predict._cache_size() == 2

@@ -1,0 +1,214 @@
+"""Where the time of a T5-small train step and of one decode goes: an XLA profile, broken down.
+
+  python -m benchmarks.profile_t5_small {train|decode} [--steps 2] [--threads 2] [--beams 1]
+      [--tiny] [--dropout RATE] [--trace-dir DIR] [--hlo-dir DIR]
+
+Runs the same programs as `benchmarks.t5_small_cpu` (one warm-up call, which compiles), then
+`--steps` calls under `jax.profiler.trace`. Every XLA CPU thunk in the trace is an HLO instruction
+of the compiled program; its metadata (the JAX op name, which carries the Flax module path) assigns
+it to a category (`CATEGORIES`): dropout rng (random bits), dropout masks (compare + select),
+relpos bias, attention, ffn, layer norm, embedding/logits, loss, optimizer (the update and the
+gradient norm: train_step's own ops), other XLA.
+
+Prints one JSON line: seconds per call in each category (innermost thunks only, since a `call` or
+`while` thunk is timed again by the thunks it runs; summed over the threads that ran them, so it can
+exceed the wall time when two thunks overlap), the wall time per call, and the
+time the busiest thread spent outside leaf thunks (`outside_xla_s_per_call` = wall - that thread's
+thunk time: an upper bound on Python, dispatch, host<->device copies, thunk-executor overhead
+between small thunks, and waiting for other threads). `--hlo-dir` also writes the optimized HLO text.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from benchmarks import t5_small_cpu as bench
+
+import jax  # noqa: E402  (t5_small_cpu sets the JAX/TF environment first)
+
+# (category, regex on the JAX op name, which carries the Flax module path), first match wins.
+CATEGORIES = (
+    ('dropout rng', r'random_bits|rng_bit_generator|threefry|random_wrap|random_unwrap|bernoulli|'
+                    r'_uniform|dropout_keep_mask'),
+    ('dropout masks', r'[Dd]ropout'),
+    ('relpos bias', r'relpos_bias'),
+    ('attention', r'attention'),
+    ('ffn', r'/mlp/'),
+    ('layer norm', r'_norm'),
+    ('embedding/logits', r'token_embedder|Embed|attend|logits'),
+    ('loss', r'jvp\(\)|log_softmax|take_along_axis|cross_entropy'),
+    ('optimizer', r'^jit\(train_step\)/(?!.*(?:jvp|transpose|Transformer))'),
+)
+_INSTR = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?metadata=\{([^}]*)\}')
+_FIELD = re.compile(r'(op_name)="([^"]*)"')
+
+
+def hlo_metadata(hlo_text: str) -> dict[str, str]:
+  """instruction name -> 'op_name source_file' for every instruction with metadata."""
+  out = {}
+  for line in hlo_text.splitlines():
+    m = _INSTR.match(line)
+    if m:
+      fields = dict(_FIELD.findall(m.group(2)))
+      out[m.group(1)] = fields.get('op_name', '')
+  return out
+
+
+def categorise(meta: str | None) -> str:
+  if meta is None:
+    return 'other XLA'
+  for name, pattern in CATEGORIES:
+    if re.search(pattern, meta):
+      return name
+  return 'other XLA'
+
+
+def _trace_events(trace_dir: str) -> list[dict[str, Any]]:
+  files = glob.glob(os.path.join(trace_dir, '**', 'perfetto_trace.json.gz'), recursive=True)
+  if not files:
+    raise RuntimeError(f'jax.profiler wrote no perfetto trace under {trace_dir}.')
+  with gzip.open(max(files, key=os.path.getmtime)) as f:
+    data = json.load(f)
+  return data['traceEvents'] if isinstance(data, dict) else data
+
+
+def _leaf_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """The events that contain no other event on their thread: a `call` or `while` thunk is timed
+  again by the thunks it runs, so counting both would count its time twice."""
+  by_thread: dict[Any, list[dict[str, Any]]] = collections.defaultdict(list)
+  for e in events:
+    by_thread[(e.get('pid'), e.get('tid'))].append(e)
+  leaves = []
+  for evs in by_thread.values():
+    evs.sort(key=lambda e: (e['ts'], -e.get('dur', 0.0)))
+    for e, nxt in zip(evs, evs[1:] + [None]):
+      if nxt is None or nxt['ts'] >= e['ts'] + e.get('dur', 0.0):
+        leaves.append(e)
+  return leaves
+
+
+def breakdown(fn: Callable[[], Any], hlo_texts: Sequence[str], steps: int,
+              trace_dir: str) -> dict[str, Any]:
+  """Profiles `steps` calls of `fn` (already compiled) and sums thunk time by category."""
+  meta: dict[str, str] = {}
+  for text in hlo_texts:
+    meta.update(hlo_metadata(text))
+  t0 = time.perf_counter()
+  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+    for _ in range(steps):
+      fn()
+  wall = (time.perf_counter() - t0) / steps
+  by_cat: dict[str, float] = collections.defaultdict(float)
+  by_op: dict[str, float] = collections.defaultdict(float)
+  by_thread: dict[Any, float] = collections.defaultdict(float)
+  for e in _leaf_events([e for e in _trace_events(trace_dir)
+                         if e.get('ph') == 'X' and e['name'] in meta]):
+    dur = e.get('dur', 0.0) / 1e6 / steps
+    by_cat[categorise(meta[e['name']])] += dur
+    by_op[e['name']] += dur
+    by_thread[e.get('tid')] += dur
+  xla = sum(by_cat.values())
+  busiest = max(by_thread.values(), default=0.0)
+  top = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
+  return dict(
+      wall_s_per_call=wall, xla_thunk_s_per_call=xla,
+      outside_xla_s_per_call=max(0.0, wall - busiest),
+      categories_s={k: by_cat[k] for k in sorted(by_cat, key=lambda k: -by_cat[k])},
+      categories_share={k: by_cat[k] / xla for k in sorted(by_cat, key=lambda k: -by_cat[k])} if xla else {},
+      top_ops=[dict(name=n, s=s, category=categorise(meta.get(n)), meta=meta.get(n, '')[:160])
+               for n, s in top])
+
+
+def _train_program(config, batch: int, enc_len: int, dec_len: int):
+  import numpy as np
+  from t2t.training.partitioning import Partitioner
+  from t2t.training.trainer import Trainer
+  model = bench._model(config)
+  rng = np.random.default_rng(0)
+  targets = bench._tokens(rng, (batch, dec_len), config.vocab_size)
+  data = dict(encoder_input_tokens=bench._tokens(rng, (batch, enc_len), config.vocab_size),
+              decoder_target_tokens=targets,
+              decoder_input_tokens=np.pad(targets[:, :-1], ((0, 0), (1, 0))),
+              decoder_loss_weights=np.ones((batch, dec_len), np.float32))
+  trainer = Trainer(model, bench.adafactor_like_peer(), Partitioner(),
+                    {k: v.shape for k, v in data.items()})
+  state = [trainer.init_state()]
+
+  def step():
+    state[0], metrics = trainer.step(state[0], data)
+    jax.block_until_ready(state[0])
+
+  step()  # compile
+  with trainer.partitioner.activation_context():
+    text = trainer._train_step.lower(state[0], data, trainer.dropout_rng).compile().as_text()
+  return step, [text]
+
+
+def _decode_program(config, batch: int, enc_len: int, gen_len: int, beams: int):
+  import functools
+  import flax.linen as nn
+  import numpy as np
+  from t2t.models import decoding
+  from t2t.training.partitioning import Partitioner
+  from t2t.training.predictor import Predictor
+  strategy = (decoding.greedy_decode if beams == 1 else
+              functools.partial(decoding.beam_search, beam_size=beams, alpha=bench.LENGTH_PENALTY))
+  model = bench._model(config, decode_fn=bench._no_eos(strategy))
+  shapes = dict(encoder_input_tokens=(batch, enc_len), decoder_input_tokens=(batch, gen_len))
+  params = jax.jit(lambda k: nn.unbox(model.get_initial_variables(k, shapes)['params']))(
+      jax.random.PRNGKey(0))
+  predictor = Predictor(model, params, Partitioner(), batch, max_decode_length=gen_len)
+  inputs = bench._tokens(np.random.default_rng(0), (batch, enc_len), config.vocab_size)
+  examples = [dict(encoder_input_tokens=row) for row in inputs]
+  step = lambda: predictor.predict(examples)
+  step()  # compile
+  text = predictor._predict.lower(params, dict(encoder_input_tokens=inputs)).compile().as_text()
+  return step, [text]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  ap.add_argument('mode', choices=['train', 'decode'])
+  ap.add_argument('--steps', type=int, default=2)
+  ap.add_argument('--threads', type=int, default=2)
+  ap.add_argument('--beams', type=int, default=1)
+  ap.add_argument('--batch', type=int, default=8)
+  ap.add_argument('--enc-len', type=int, default=512)
+  ap.add_argument('--dec-len', type=int, default=114)
+  ap.add_argument('--gen-len', type=int, default=64)
+  ap.add_argument('--tiny', action='store_true')
+  ap.add_argument('--dropout', type=float, default=None, help='default 0.1 train, 0 decode')
+  ap.add_argument('--trace-dir', default=None, help='keep the jax.profiler trace here')
+  ap.add_argument('--hlo-dir', type=Path, default=None, help='write the optimized HLO here')
+  args = ap.parse_args(argv)
+  bench.pin_threads(args.threads)
+  dropout = args.dropout if args.dropout is not None else (0.1 if args.mode == 'train' else 0.0)
+  config = bench.t5_small_config(dropout, args.tiny)
+  if args.mode == 'train':
+    fn, texts = _train_program(config, args.batch, args.enc_len, args.dec_len)
+  else:
+    fn, texts = _decode_program(config, args.batch, args.enc_len, args.gen_len, args.beams)
+  if args.hlo_dir:
+    args.hlo_dir.mkdir(parents=True, exist_ok=True)
+    for i, text in enumerate(texts):
+      (args.hlo_dir / f'{args.mode}_{i}.hlo.txt').write_text(text)
+  with tempfile.TemporaryDirectory() as tmp:
+    result = breakdown(fn, texts, args.steps, args.trace_dir or tmp)
+  result.update(mode=args.mode, beams=args.beams, dropout=dropout, tiny=args.tiny,
+                loadavg=os.getloadavg(), threads=args.threads,
+                shapes=dict(batch=args.batch, enc_len=args.enc_len, dec_len=args.dec_len,
+                            gen_len=args.gen_len))
+  print(json.dumps(result))
+
+
+if __name__ == '__main__':
+  main()

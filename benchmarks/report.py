@@ -1,0 +1,99 @@
+"""The T5-small benchmark's targets (from the performance issue) and its human-readable table."""
+from __future__ import annotations
+
+from typing import Any
+
+# (key, description, comparison, threshold): the issue's targets on a quiet machine.
+TARGETS = (
+    ('train_speedup', 'train step: HF median / t2t median', '>=', 1.5),
+    ('train_roof_fraction', 'train step: model FLOP/s / fp32 matmul roof', '>=', 0.60),
+    ('greedy_speedup', 'greedy decode: HF generate / t2t', '>=', 2.0),
+    ('beam4_speedup', 'beam-4 decode: HF generate / t2t', '>=', 1.5),
+    ('compile_and_first_s', 'train: compile + first step [s]', '<=', 15.0),
+)
+
+
+def cpu_model() -> str | None:
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return None
+
+
+def _speedup(result: dict[str, Any] | None) -> float | None:
+  if not result or not result.get('ratio'):
+    return None
+  return result['ratio']['speedup_median']
+
+
+def targets(out: dict[str, Any]) -> dict[str, Any]:
+  """Each target with its measured value and whether it is met (None when not measured)."""
+  res = out['results']
+  roof = (out.get('matmul_roof') or {}).get('roof_gflops')
+  train = res['train']['t2t']
+  measured = dict(
+      train_speedup=_speedup(res['train']),
+      train_roof_fraction=(train['model_tflops_median'] * 1e3 / roof) if roof else None,
+      greedy_speedup=_speedup(res['greedy']),
+      beam4_speedup=_speedup(res['beam4']),
+      compile_and_first_s=train['compile_and_first_s'])
+  table = {}
+  for key, what, op, threshold in TARGETS:
+    value = measured[key]
+    met = None if value is None else (value >= threshold if op == '>=' else value <= threshold)
+    table[key] = dict(what=what, target=f'{op} {threshold}', measured=value, met=met)
+  return table
+
+
+def _fmt(x: Any, spec: str = '.2f') -> str:
+  return '-' if x is None else format(x, spec)
+
+
+def _rows(name: str, r: dict[str, Any], roof: float | None) -> list[str]:
+  ours, peer = r['t2t'], r.get('peer')
+  foreign = {s['name']: s for s in r.get('sections', [])}
+  loaded = lambda side: ' LOADED' if foreign.get(side, {}).get('loaded') else ''
+  fc = lambda side: _fmt(foreign.get(side, {}).get('foreign_cores'))
+  pct = _fmt(ours['model_tflops_median'] * 1e5 / roof, '.0f') + '%' if roof else '-'
+  rows = [f'| {name} | t2t | {ours["median_s"]:.3f} | {ours["min_s"]:.3f} | '
+          f'{ours["tokens_per_s_median"]:.1f} | {ours["model_tflops_median"] * 1e3:.1f} | {pct} | '
+          f'{_fmt(_speedup(r))} | {fc("t2t")}{loaded("t2t")} |']
+  if peer:
+    rows.append(f'| | HF | {peer["median_s"]:.3f} | {peer["min_s"]:.3f} | '
+                f'{peer["tokens_per_s_median"]:.1f} | {peer["model_tflops_median"] * 1e3:.1f} | | | '
+                f'{fc("peer")}{loaded("peer")} |')
+  else:
+    rows.append(f'| | HF | not run: {r.get("peer_error")} | | | | | | |')
+  return rows
+
+
+def table(result: dict[str, Any]) -> str:
+  """A markdown table of one benchmark result (`all` or a single mode)."""
+  m = result.get('machine', {})
+  lines = [f'T5 v1.0 small, CPU, {result.get("threads")} threads, {m.get("cpu")}, {m.get("date_utc")}; '
+           f'load average at start {_fmt((m.get("loadavg_at_start") or [None])[0])} on '
+           f'{m.get("cores")} cores' + ('; MEASURED ON A LOADED MACHINE: not a result'
+                                        if result.get('loaded') else ''),
+           '',
+           '| run | side | median s | min s | tokens/s | model GFLOP/s | % fp32 roof | HF/t2t speed-up'
+           ' | other processes\' cores |',
+           '|---|---|---|---|---|---|---|---|---|']
+  if result['mode'] == 'all':
+    roof = result['matmul_roof']['roof_gflops']
+    for name, r in result['results'].items():
+      lines += _rows(name, r, roof)
+    lines += ['', f'fp32 matmul roof (jax, 2048^3, best): {roof:.1f} GFLOP/s; train compile + first '
+              f'step {result["results"]["train"]["t2t"]["compile_and_first_s"]:.1f} s', '',
+              '| target | goal | measured | met |', '|---|---|---|---|']
+    for t in result['targets'].values():
+      met = {True: 'yes', False: 'NO', None: '-'}[t['met']]
+      lines.append(f'| {t["what"]} | {t["target"]} | {_fmt(t["measured"])} | {met} |')
+  else:
+    name = result['mode'] + (f' beams={result["shapes"].get("beams")}' if result['mode'] == 'decode'
+                             else '')
+    lines += _rows(name, result, None)
+  return '\n'.join(lines)

@@ -22,6 +22,8 @@ import gin
 
 # Modules whose configurables every run may bind; importing them registers those with gin.
 DEFAULT_GIN_IMPORTS = (
+    "t2t.data.limited",
+    "t2t.data.mixing",
     "t2t.data.vocabularies",
     "t2t.models.api",
     "t2t.training.optim",
@@ -88,13 +90,14 @@ def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
   for arg in argv:
     if arg.startswith("--gin.") and "=" in arg:
       key, value = arg[len("--gin."):].split("=", 1)
-      out.append(f"--gin_bindings={key} = {_quote_if_bare(value)}")
+      out.append(f"--gin_bindings={key} = {quote_if_bare(value)}")
     else:
       out.append(arg)
   return out
 
 
-def _quote_if_bare(value: str) -> str:
+def quote_if_bare(value: str) -> str:
+  """`value` as gin text: a bare word or path becomes a quoted string, anything else stays."""
   stripped = value.strip()
   if not stripped or stripped[0] in "@%'\"[({-" or stripped in ("True", "False", "None"):
     return stripped

@@ -102,7 +102,7 @@ def _gin_value(value: Any) -> str:
   if isinstance(value, str):
     if value[:1] in ("@", "%"):
       return value
-    if value and config._quote_if_bare(value) == repr(value):  # pylint: disable=protected-access
+    if value and config.quote_if_bare(value) == repr(value):
       return value
   return repr(value)
 

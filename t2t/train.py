@@ -33,7 +33,7 @@ import optax
 from t2t import config
 from t2t.data import limited  # noqa: F401  (registers @limited_task for gin files)
 from t2t.data import registry
-from t2t.training import checkpoints, inputs, optim, reporting, trainer as trainer_lib
+from t2t.training import adaptation, checkpoints, inputs, optim, reporting, trainer as trainer_lib
 from t2t.training import validation as validation_lib
 from t2t.training.partitioning import Partitioner
 
@@ -91,7 +91,7 @@ def train(*,
   elif initial_checkpoint_path:
     params, from_step, plan = checkpoints.restore_params(
         initial_checkpoint_path, tr.params_abstract, tr.params_shardings, tr.init_params,
-        partial=partial_restore, reinitialize=reinitialize)
+        partial=partial_restore, reinitialize=reinitialize, added=adaptation.ADDED_PATTERNS)
     reporting.announce(
         f"Initialised parameters from {initial_checkpoint_path} (step {from_step}).")
     if plan.reinitialised or plan.skipped:

@@ -27,8 +27,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
-from flax import traverse_util
 
 from t2t.training import checkpoints
 
@@ -300,31 +298,9 @@ def load_pretrained(path: str, trainer: Any,
   Every parameter the checkpoint holds is restored (shapes must agree); parameters missing from
   it must match an `added` pattern (adapters, prompts, LoRA factors) and keep the trainer's fresh
   initialisation. Anything else missing, or extra in the checkpoint, is the usual
-  CheckpointMismatchError. Returns (params, checkpoint step), sharded like `trainer.params_shardings`.
+  CheckpointMismatchError. `t2t.train` does the same through `checkpoints.restore_params`.
+  Returns (params, checkpoint step), sharded like `trainer.params_shardings`.
   """
-  model_dir, step = checkpoints.resolve_checkpoint(path)
-  where = f'{model_dir}/{checkpoints.STEP_PREFIX}_{step}'
-  manager = ocp.CheckpointManager(model_dir, item_names=('params', 'meta'), options=(
-      ocp.CheckpointManagerOptions(step_prefix=checkpoints.STEP_PREFIX, read_only=True)))
-  try:
-    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
-    saved = meta['param_shapes']
-    expected = checkpoints.param_shapes(trainer.params_abstract)
-    # Compared without the added parameters the checkpoint lacks: the error names the first
-    # parameter that is neither saved nor added, or that differs.
-    checkpoints.check_compatible(saved, {
-        p: shape for p, shape in expected.items()
-        if p in saved or not any(re.search(a, p) for a in added)}, where)
-    abstract = traverse_util.flatten_dict(trainer.params_abstract, sep='/')
-    shardings = traverse_util.flatten_dict(trainer.params_shardings, sep='/')
-    target = traverse_util.unflatten_dict(
-        {p: jax.ShapeDtypeStruct(abstract[p].shape, abstract[p].dtype, sharding=shardings[p])
-         for p in saved}, sep='/')
-    restored = manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(target)))['params']
-  finally:
-    manager.close()
-  params = traverse_util.flatten_dict(restored, sep='/')
-  if len(params) < len(expected):  # the added parameters start from their initialisation
-    params = {**traverse_util.flatten_dict(trainer.init_params(), sep='/'), **params}
-  return traverse_util.unflatten_dict(params, sep='/'), step
+  params, step, _ = checkpoints.restore_params(
+      path, trainer.params_abstract, trainer.params_shardings, trainer.init_params, added=added)
+  return params, step

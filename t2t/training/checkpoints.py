@@ -282,13 +282,17 @@ def _subtree(tree: Any, names: set[str]) -> dict:
 
 def restore_params(path: str, params_abstract: Any, params_shardings: Any,
                    init_params: Callable[[], Any], partial: bool = False,
-                   reinitialize: Sequence[str] = ()) -> tuple[Any, int, RestorePlan]:
+                   reinitialize: Sequence[str] = (),
+                   added: Sequence[str] = ()) -> tuple[Any, int, RestorePlan]:
   """Initial parameters for a run from another run's checkpoint (parameters only).
 
   Without `partial` (and no `reinitialize` patterns) every parameter must match, as in
   `load_params`; a mismatch is an error naming the first one and how to ask for a partial
   restore. With it, matching parameters are loaded, the others come from `init_params()`
   (a fresh initialisation, already sharded) and the checkpoint's extra ones are skipped.
+  Model parameters the checkpoint lacks whose path matches an `added` pattern (`re.search`;
+  the adapters, prompts and LoRA factors a fine-tuning method adds to a pre-trained model,
+  `t2t.training.adaptation.ADDED_PATTERNS`) start fresh without `partial`.
   Returns (params, checkpoint step, plan).
   """
   model_dir, step = resolve_checkpoint(path)
@@ -302,8 +306,11 @@ def restore_params(path: str, params_abstract: Any, params_shardings: Any,
     plan = plan_restore(meta["param_shapes"], expected, reinitialize)
     if not partial:  # everything must match, except what the patterns re-initialise
       forced = [re.compile(p) for p in reinitialize]
+      new = [re.compile(p) for p in added]
+      saved = meta["param_shapes"]
       keep = lambda names: {k: v for k, v in names.items()
-                            if not any(rx.fullmatch(k) for rx in forced)}
+                            if not any(rx.fullmatch(k) for rx in forced)
+                            and not (k not in saved and any(rx.search(k) for rx in new))}
       try:
         check_compatible(keep(meta["param_shapes"]), keep(expected), where)
       except CheckpointMismatchError as e:

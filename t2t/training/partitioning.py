@@ -31,6 +31,17 @@ STANDARD_LOGICAL_AXIS_RULES: LogicalAxisRules = (
     ("length", None),
     ("relpos_buckets", None),
     ("layers", None),
+    # Small axes of the baselines and adaptation methods: replicated.
+    ("abspos", None),        # BERT learned positions
+    ("token_types", None),   # BERT segment embeddings
+    ("embed_out", None),     # BERT pooler / MLM transform output
+    ("classes", None),       # classifier head output
+    ("mix_layers", None),    # ELMo scalar mix weights
+    ("lstm_gates", None),    # BiLSTM 4 * hidden gate axis
+    ("lstm_hidden", None),
+    ("adapter", None),       # adapter bottleneck
+    ("prompt", None),        # prompt-tuning positions
+    ("lora_rank", None),
 )
 
 

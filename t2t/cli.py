@@ -27,6 +27,20 @@ def parse_flags_into_gin() -> None:
                    extra_search_paths=FLAGS.gin_search_path)
 
 
+# Markers of the checks t2t runs inside tf.data pipelines (tf.debugging assertions): the
+# InvalidArgumentError they raise is bad data, not a bug, so it gets one line too.
+DATA_CHECK_MARKERS = ("ClassifierModel:", "more sentinels than the vocabulary's extra_ids")
+
+
+def data_check_message(e: BaseException) -> str | None:
+  """The readable part of a failed t2t data check raised by TensorFlow, else None."""
+  text = str(e)
+  if type(e).__name__ != "InvalidArgumentError" or not any(m in text for m in DATA_CHECK_MARKERS):
+    return None
+  first = text.split("\n", 1)[0].split("assertion failed: ", 1)[-1].replace("\\'", "'")
+  return " ".join(part.strip("[] ") for part in first.split("] [")).strip()
+
+
 def run(main: Callable[[Sequence[str]], None]) -> None:
   """absl's app.run with `--gin.X=V` rewriting and readable errors for bad input."""
   from t2t import config
@@ -41,6 +55,12 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
       if os.environ.get("T2T_TRACEBACK"):
         raise
       print(f"\nerror: {e}\n(set T2T_TRACEBACK=1 for the full traceback)", file=sys.stderr)
+      sys.exit(1)
+    except Exception as e:  # pylint: disable=broad-except
+      message = data_check_message(e)
+      if message is None or os.environ.get("T2T_TRACEBACK"):
+        raise
+      print(f"\nerror: {message}\n(set T2T_TRACEBACK=1 for the full traceback)", file=sys.stderr)
       sys.exit(1)
 
   app.run(guarded, argv=argv)

@@ -31,3 +31,24 @@ def test_gin_shorthand_reaches_the_flags():
   out = _run("print(cli.FLAGS.gin_bindings)", args=["--gin.MODEL_DIR=/tmp/a", "--gin.STEPS=3"])
   assert out.returncode == 0, out.stderr
   assert "[\"MODEL_DIR = '/tmp/a'\", 'STEPS = 3']" in out.stdout
+
+
+def test_a_failed_data_check_inside_tf_data_is_one_line_other_tf_errors_keep_the_traceback():
+  body = """
+      import tensorflow as tf
+      def check(t):
+        ok = tf.debugging.Assert(tf.equal(t, 'a'), [
+            "ClassifierModel: a training target of 'toy'", t, "is not one of the labels ['a']."])
+        with tf.control_dependencies([ok]):
+          return tf.identity(t)
+      list(tf.data.Dataset.from_tensor_slices(['a', 'zz']).map(check))
+      """
+  out = _run(body)
+  assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+  assert ("error: ClassifierModel: a training target of 'toy' zz is not one of the labels ['a']."
+          in out.stderr)
+  other = _run("""
+      import tensorflow as tf
+      tf.reshape(tf.zeros([3]), [2])
+      """)
+  assert other.returncode != 0 and "Traceback" in other.stderr and "InvalidArgumentError" in other.stderr

@@ -195,7 +195,7 @@ class BertEmbeddings(nn.Module):
     self.token_type_embeddings = _table(c, c.type_vocab_size, 'token_types',
                                         'token_type_embeddings')
     self.layer_norm = _layer_norm(c)
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, tokens: Array, token_types: Array, positions: Array,
                enable_dropout: bool) -> Array:
@@ -226,7 +226,7 @@ class BertSelfAttention(nn.Module):
     logits = jnp.einsum('bqhk,bthk->bhqt', query, key, preferred_element_type=jnp.float32)
     logits = logits / math.sqrt(c.head_dim) + bias
     weights = jax.nn.softmax(logits, axis=-1).astype(c.dtype)
-    weights = nn.Dropout(c.attention_dropout_rate)(weights, deterministic=not enable_dropout)
+    weights = layers.Dropout(c.attention_dropout_rate)(weights, deterministic=not enable_dropout)
     out = nn.with_logical_constraint(jnp.einsum('bhqt,bthk->bqhk', weights, value), qkv_axes)
     out = DenseWithBias(c.hidden_size, kernel_axes=('heads', 'kv', 'embed'), bias_axes=('embed',),
                         axis=(-2, -1), kernel_init=_init(c), dtype=c.dtype,
@@ -257,7 +257,7 @@ class BertLayer(nn.Module):
   @nn.compact
   def __call__(self, x: Array, bias: Array, enable_dropout: bool) -> Array:
     c = self.config
-    drop = lambda y: nn.Dropout(c.dropout_rate)(y, deterministic=not enable_dropout)
+    drop = lambda y: layers.Dropout(c.dropout_rate)(y, deterministic=not enable_dropout)
     x = _layer_norm(c, 'attention_layer_norm')(
         x + drop(BertSelfAttention(c, name='attention')(x, bias, enable_dropout)))
     x = _layer_norm(c, 'mlp_layer_norm')(x + drop(BertMlp(c, name='mlp')(x)))
@@ -312,6 +312,25 @@ class BertEncoder(nn.Module):
   def attend(self, x: Array) -> Array:
     """[b, l, d] -> [b, l, v] logits against the word embeddings."""
     return self.embeddings.attend(x)
+
+
+@gin.configurable
+class BertEncoderStates(nn.Module):
+  """`BertEncoder` under the scope `encoder`, for `ClassifierModel.encoder`.
+
+  Same call and states as `BertEncoder`; its parameters are `encoder/embeddings/...` and
+  `encoder/layers_{i}/...`, the paths of `BertMaskedLM`, so a masked-LM checkpoint loads into a
+  classifier by path (the MLM head is skipped, the classifier head initialised fresh), and the
+  layer-wise adaptation methods find `encoder/layers_{i}` as in T5.
+  """
+  config: BertConfig
+
+  def setup(self):
+    self.encoder = BertEncoder(self.config)
+
+  def __call__(self, tokens: Array, token_types: Array | None = None,
+               enable_dropout: bool = False) -> list[Array]:
+    return self.encoder(tokens, token_types, enable_dropout)
 
 
 @gin.configurable

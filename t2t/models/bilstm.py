@@ -126,7 +126,7 @@ class _Stack(nn.Module):
     outputs = []
     for i in range(c.num_layers):
       if i:
-        x = nn.Dropout(c.dropout_rate)(x, deterministic=not enable_dropout)
+        x = layers.Dropout(c.dropout_rate)(x, deterministic=not enable_dropout)
       x = BiLSTMLayer(c.hidden_dim, name=f'layers_{i}')(x, valid)
       outputs.append(x)
     return outputs
@@ -142,7 +142,7 @@ class BiLSTMEncoder(nn.Module):
     self.embedder = layers.Embed(num_embeddings=c.vocab_size, features=c.embed_dim,
                                  embedding_init=nn.initializers.normal(stddev=c.embed_dim ** -0.5))
     self.encoder = _Stack(c)
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, tokens: Array, token_types: Array | None = None,
                enable_dropout: bool = False) -> list[Array]:

@@ -56,7 +56,7 @@ class DecoderOnlyStack(nn.Module):
       self.layers = [layer_cls(c, cross_attention=False) for _ in range(c.num_decoder_layers)]
     self.decoder_norm = t5._norm(c)  # pylint: disable=protected-access
     self.logits_dense = t5.make_logits_dense(c)
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, tokens: Array, segment_ids: Array | None = None,
                causal_attention: Array | None = None, enable_dropout: bool = True,

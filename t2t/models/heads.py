@@ -17,6 +17,8 @@ import gin
 import jax
 import jax.numpy as jnp
 
+from t2t.models import layers
+
 Array = jax.Array
 
 POOLINGS = ('max', 'mean', 'first', 'projected_max')
@@ -100,7 +102,7 @@ class MLPClassifier(nn.Module):
     h = nn.LayerNorm(name='layer_norm',
                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ('mlp',)),
                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ('mlp',)))(h)
-    h = nn.Dropout(self.dropout_rate)(h, deterministic=not enable_dropout)
+    h = layers.Dropout(self.dropout_rate)(h, deterministic=not enable_dropout)
     return _dense(self.num_outputs, ('mlp', 'classes'), 'output')(h)
 
 

@@ -184,7 +184,7 @@ class EncoderLayer(nn.Module):
     self.pre_mlp_layer_norm = _norm(c)
     self.mlp = _mlp(c)
     self.adapter = _adapter(c)
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, x: Array, bias: Array, enable_dropout: bool = True) -> Array:
     drop = lambda y: self.dropout(y, deterministic=not enable_dropout)
@@ -219,7 +219,7 @@ class DecoderLayer(nn.Module):
       self.pre_cross_attention_layer_norm = _norm(c)
       self.encoder_decoder_attention = _attention(c)
     self.adapter = _adapter(c)  # a decoder layer's own, also when it shares the encoder's FFN
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, x: Array, encoded: Array | None, self_bias: Array, cross_bias: Array | None,
                enable_dropout: bool = True, decode: bool = False) -> Array:
@@ -335,7 +335,7 @@ class Encoder(nn.Module):
       layer_cls = _remat(EncoderLayer, c.remat_policy, static_argnums=(3,))
       self.layers = [layer_cls(c) for _ in range(c.num_encoder_layers)]
     self.encoder_norm = _norm(c)
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, tokens: Array, segment_ids: Array | None = None,
                enable_dropout: bool = True, prefix: Array | None = None) -> Array:
@@ -405,7 +405,7 @@ class Decoder(nn.Module):
       self.layers = [layer_cls(c, shared=s) for s in shared]
     self.decoder_norm = _norm(c)
     self.logits_dense = make_logits_dense(c)
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, encoded: Array, encoder_valid: Array, tokens: Array,
                encoder_segment_ids: Array | None = None, decoder_segment_ids: Array | None = None,

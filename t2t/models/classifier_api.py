@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import seqio
 
-from t2t.data import registry
+from t2t.data import mlm, registry
 from t2t.models import classifier_data as data
 from t2t.models import heads
 
@@ -62,8 +62,9 @@ class ClassifierModel:
       scalar_mix: feed the head an ELMo scalar mix of all states instead of the last one.
       regression: a float target (STS-B style): MSE loss, predictions rounded to the grid
         regression_range by regression_step and emitted as that number's tokens ("3.2").
-      cls_id / sep_id: 'joint' special ids; default the input vocabulary's last two extra ids
-        (<extra_id_{n-1}>, <extra_id_{n-2}>), the sentinels T5 pre-training uses least.
+      cls_id / sep_id: 'joint' special ids; default BERT's (t2t.data.mlm.bert_special_ids: the
+        sentinels <extra_id_1> and <extra_id_2>), so a masked-LM checkpoint's [CLS] and [SEP]
+        keep their meaning in fine-tuning.
     """
     if encoding not in data.ENCODINGS:
       raise ValueError(f'ClassifierModel.encoding must be one of {data.ENCODINGS}, got '
@@ -272,12 +273,12 @@ class ClassifierModel:
 
 def _default_special_ids(vocab: seqio.Vocabulary, cls_id: int | None,
                          sep_id: int | None) -> tuple[int, int]:
-  extra = getattr(vocab, 'extra_ids', 0) or 0
-  if extra < 2:
-    raise ValueError("ClassifierModel.encoding='joint' needs [CLS]/[SEP] ids: the input vocabulary "
-                     'has fewer than 2 extra ids; bind ClassifierModel.cls_id and .sep_id.')
-  base = vocab.vocab_size - extra  # <extra_id_{extra-1}> (seqio numbers extra ids downwards)
-  return (base if cls_id is None else cls_id), (base + 1 if sep_id is None else sep_id)
+  try:
+    ids = mlm.bert_special_ids(vocab)
+  except ValueError as e:
+    raise ValueError(f"ClassifierModel.encoding='joint' needs [CLS]/[SEP] ids: {e} Or bind "
+                     'ClassifierModel.cls_id and .sep_id.') from None
+  return (ids.cls if cls_id is None else cls_id), (ids.sep if sep_id is None else sep_id)
 
 
 def _require(batch: Batch, keys: tuple[str, ...], where: str) -> None:

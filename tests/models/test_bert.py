@@ -295,3 +295,25 @@ def test_mlm_pretraining_runs_from_the_command_line(tmp_path):
   # Only corrupted positions count: ~15% of 8 rows x 30 text tokens, never the whole rows.
   assert all(10 <= r['num_tokens'] <= 80 for r in records)
 
+
+
+def test_masked_lm_parameters_load_into_a_bert_classifier_by_path():
+  """A bbc_bert_mlm checkpoint restores into ClassifierModel(BertEncoderStates) (partial restore):
+  the whole encoder loads, only the classifier head is new, only the MLM head is skipped."""
+  from t2t.models import classifier_api
+  from t2t.training import checkpoints
+  tokens = jnp.ones((2, 8), jnp.int32)
+  mlm_shapes = jax.eval_shape(lambda: bert.BertMaskedLM(CONFIG).init(
+      jax.random.PRNGKey(0), tokens, enable_dropout=False))['params']
+  classifier = classifier_api.ClassifierModel(
+      bert.BertEncoderStates(CONFIG), vocabularies.bbc_vocabulary(), labels=['no', 'yes'],
+      encoding='joint')
+  cls_shapes = jax.eval_shape(lambda: classifier.get_initial_variables(
+      jax.random.PRNGKey(0), {'encoder_input_tokens': (2, 8)}))['params']
+  plan = checkpoints.plan_restore(checkpoints.param_shapes(nn.unbox(mlm_shapes)),
+                                  checkpoints.param_shapes(nn.unbox(cls_shapes)))
+  assert plan.loaded and all(p.startswith('encoder/') for p in plan.loaded)
+  assert 'encoder/layers_1/mlp/wo/kernel' in plan.loaded
+  assert plan.reinitialised and all(p.startswith('head/') for p in plan.reinitialised)
+  assert plan.skipped and not any(p.startswith('encoder/') for p in plan.skipped)
+  assert (classifier.cls_id, classifier.sep_id) == (8098, 8097)  # the masked LM's [CLS], [SEP]

@@ -13,7 +13,7 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from t2t.data import postprocessors, vocabularies
+from t2t.data import mlm, postprocessors, vocabularies
 from t2t.models import bilstm, classifier_api, classifier_data as data, heads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -153,19 +153,20 @@ def test_pair_task_for_single_model_and_single_task_for_pair_model_are_errors():
 
 def test_joint_encoding_layout_and_special_ids():
   model = _model('toy_pairs', encoding='joint')
-  base = VOCAB.vocab_size - VOCAB.extra_ids
-  assert (model.cls_id, model.sep_id) == (base, base + 1)
-  assert VOCAB.decode([model.cls_id]) == f'<extra_id_{VOCAB.extra_ids - 1}>'
+  cls, sep = VOCAB.vocab_size - 2, VOCAB.vocab_size - 3  # BERT's: <extra_id_1>, <extra_id_2>
+  assert (model.cls_id, model.sep_id) == (cls, sep) == (mlm.bert_special_ids(VOCAB).cls,
+                                                          mlm.bert_special_ids(VOCAB).sep)
+  assert [VOCAB.decode([i]) for i in (model.cls_id, model.sep_id)] == ['<extra_id_1>', '<extra_id_2>']
   ex = _features(model, 'toy_pairs')[0]
   a = VOCAB.encode('mrpc sentence1: The market fell.')
   b = VOCAB.encode('Shares dropped.')
   n = 3 + len(a) + len(b)
-  assert ex['encoder_input_tokens'][:n].tolist() == [base, *a, base + 1, *b, base + 1]
+  assert ex['encoder_input_tokens'][:n].tolist() == [cls, *a, sep, *b, sep]
   assert ex['encoder_token_types'][:n].tolist() == [0] * (len(a) + 2) + [1] * (len(b) + 1)
   assert not ex['encoder_input_tokens'][n:].any()
   # Truncation keeps both sentences and the three special tokens.
   short = model.feature_converter_cls()._joint(tf.constant(a), tf.constant(b), 8)
-  assert short[0].numpy()[0] == base and list(short[0].numpy()).count(base + 1) == 2
+  assert short[0].numpy()[0] == cls and list(short[0].numpy()).count(sep) == 2
 
 
 def test_regression_parses_targets_and_rounds_predictions_to_the_grid():

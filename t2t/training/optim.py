@@ -37,6 +37,19 @@ def constant_schedule(value: float = 1e-3) -> optax.Schedule:
 
 
 @gin.configurable
+def linear_warmup_decay_schedule(total_steps: int = gin.REQUIRED, peak: float = 1e-4,
+                                 warmup_steps: int = 10_000) -> optax.Schedule:
+  """BERT's rate (Devlin et al., 2019, App. A.2): linear from 0 to `peak` over `warmup_steps`,
+  then linear down to 0 at `total_steps`."""
+  if not 0 <= warmup_steps < total_steps:
+    raise ValueError("linear_warmup_decay_schedule needs 0 <= warmup_steps < total_steps, got "
+                     f"warmup_steps={warmup_steps}, total_steps={total_steps}.")
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, peak, warmup_steps),
+       optax.linear_schedule(peak, 0.0, total_steps - warmup_steps)], [warmup_steps])
+
+
+@gin.configurable
 def adafactor(learning_rate: optax.ScalarOrSchedule = 1e-3,
               decay_rate: float = 0.8,
               clipping_threshold: float | None = 1.0,

@@ -94,3 +94,13 @@ def test_lr_scale_multiplies_the_updates_of_any_optimizer():
 def test_lr_scale_missing_is_a_clear_error():
   with pytest.raises(ValueError, match="with_lr_scale"):
     optim.get_lr_scale(optax.sgd(0.1).init({"a": jnp.ones(2)}))
+
+
+def test_linear_warmup_decay_schedule_by_hand():
+  # peak 1e-4, 10 warmup steps, 30 in all: 0 -> 1e-4 over steps 0..10, then 1e-4 -> 0 by step 30.
+  s = optim.linear_warmup_decay_schedule(total_steps=30, peak=1e-4, warmup_steps=10)
+  for step, want in [(0, 0.0), (5, 5e-5), (10, 1e-4), (20, 5e-5), (25, 2.5e-5), (30, 0.0),
+                     (40, 0.0)]:
+    np.testing.assert_allclose(float(s(step)), want, atol=1e-12, err_msg=str(step))
+  with pytest.raises(ValueError, match="warmup_steps=30, total_steps=30"):
+    optim.linear_warmup_decay_schedule(total_steps=30, warmup_steps=30)

@@ -183,3 +183,12 @@ def test_lora_run_exports_a_base_checkpoint(tmp_path):
   assert step == 2
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(loaded),
                jax.device_get(lora.merge(state.params)))
+  # The same export from the command line (tools/merge_lora.py).
+  from tools import merge_lora  # pylint: disable=g-import-not-at-top
+  assert merge_lora.main(['--lora_dir', str(tmp_path / 'lora'), '--output',
+                          str(tmp_path / 'cli'), '--alpha', '8']) == 0
+  again, _ = checkpoints.load_params(str(tmp_path / 'cli'), abstract, jax.tree.map(
+      lambda _: Partitioner().replicated, abstract))
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(again), jax.device_get(loaded))
+  assert merge_lora.main(['--lora_dir', str(tmp_path / 'nothing'), '--output',
+                          str(tmp_path / 'x'), '--alpha', '8']) == 2

@@ -21,7 +21,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+import gin
 import seqio
+
+from t2t.data import registry
 
 RateFn = Callable[[seqio.Task], float]
 JIANT_KINDS = ("uniform", "proportional", "log", "power")
@@ -163,3 +166,20 @@ def leave_one_out(name: str, task_names: Sequence[str], left_out: str,
         raise ValueError(f"leaving '{left_out}' out leaves mixture '{name}' empty.")
     seqio.MixtureRegistry.remove(name)
     return seqio.MixtureRegistry.add(name, kept, default_rate=rate)
+
+
+@gin.configurable
+def multitask_mixture(name: str = gin.REQUIRED, task_names: Sequence[str] = gin.REQUIRED,
+                      maximum: float | None = None, temperature: float = 1.0) -> str:
+    """Registers (replacing) mixture ``name`` of ``task_names`` at examples-proportional rates
+    min(N, K) ** (1 / T) (T5 §3.5.2) and returns its name, for a gin value such as
+    ``MIXTURE_OR_TASK_NAME = @multitask_mixture()``: jiant's multitask alternative to STILTs
+    trains on {intermediate, target} jointly, then on the target alone (t2t.phases)."""
+    if not task_names:
+        raise ValueError(f"multitask_mixture '{name}' has no tasks.")
+    for task_name in task_names:
+        registry.get_mixture_or_task(task_name)  # a clear error naming an unknown task
+    seqio.MixtureRegistry.remove(name)
+    seqio.MixtureRegistry.add(name, list(task_names),
+                              default_rate=examples_proportional(maximum, temperature))
+    return name

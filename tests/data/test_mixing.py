@@ -103,3 +103,24 @@ def test_leave_one_out_registers_the_rest():
     assert seqio.get_mixture_or_task("mix_test_loo") is mixture
     with pytest.raises(ValueError, match="'nope' is not among"):
         mixing.leave_one_out("mix_test_loo", list(SIZES), "nope", mixing.equal)
+
+
+def test_multitask_mixture_from_gin_registers_examples_proportional_rates():
+  import gin
+  from t2t import config
+  from t2t.data import limited
+  config.parse_gin(["experiments/bbc_multitask_joint.gin"],
+                   ["MODEL_DIR = '/unused'", "INITIAL_CHECKPOINT_PATH = None"])
+  try:
+    name = gin.query_parameter("%MIXTURE_OR_TASK_NAME").scoped_configurable_fn()
+  finally:
+    gin.clear_config()
+  assert name == "bbc_same_topic_and_topic_n200"
+  mixture = seqio.get_mixture_or_task(name)
+  capped = limited.limited_name("bbc_topic", 200, 0)
+  pairs = mixing.task_size(seqio.get_mixture_or_task("bbc_same_topic"))
+  # min(N, K) ** (1 / T) with no cap and T = 1: the rates are the training-set sizes.
+  assert {t.name: mixture.get_rate(t) for t in mixture.tasks} == {"bbc_same_topic": pairs,
+                                                                  capped: 200}
+  with pytest.raises(ValueError, match="bbc_topc"):
+    mixing.multitask_mixture(name="x", task_names=["bbc_topc"])

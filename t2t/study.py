@@ -64,7 +64,9 @@ def run_study(root: str = gin.REQUIRED,
   os.makedirs(root, exist_ok=True)
   path = os.path.join(root, STUDY_FILE)
   study = _read(path)
-  study.update(title=title, command=command or study.get("command", ""))
+  if not (only and study.get("command")):  # a partial rerun keeps the whole study's command
+    study["command"] = command or study.get("command", "")
+  study["title"] = title
   records = study.setdefault("rows", {})
   for name, chain in rows.items():
     if only and name not in only:

@@ -55,7 +55,7 @@ import numpy as np
 import seqio
 
 from t2t.data import mlm
-from t2t.models import api, layers
+from t2t.models import api, layers, peft
 
 Array = jax.Array
 Batch = Mapping[str, Array]
@@ -78,8 +78,15 @@ class BertConfig:
   initializer_range: float = 0.02         # stddev of the normal initialiser of every weight
   dtype: Any = jnp.float32                # activation / computation dtype
   param_dtype: Any = jnp.float32          # parameter storage dtype
+  # Adapter layers (Houlsby et al. 2019 §2.1; t2t.models.peft.Adapter) of this inner width on each
+  # block's FFN output, before its residual and LayerNorm; 0 = none. Parameters
+  # `layers_{i}/adapter/{wi,wo}/kernel`, absent from a pre-trained checkpoint (start as identity).
+  adapter_dim: int = 0
 
   def __post_init__(self):
+    if not isinstance(self.adapter_dim, (int, np.integer)) or self.adapter_dim < 0:
+      raise ValueError(f'BertConfig.adapter_dim must be a non-negative integer, got '
+                       f'{self.adapter_dim!r}.')
     for name in ('vocab_size', 'hidden_size', 'num_heads', 'intermediate_size',
                  'max_position_embeddings', 'type_vocab_size'):
       value = getattr(self, name)
@@ -260,7 +267,10 @@ class BertLayer(nn.Module):
     drop = lambda y: layers.Dropout(c.dropout_rate)(y, deterministic=not enable_dropout)
     x = _layer_norm(c, 'attention_layer_norm')(
         x + drop(BertSelfAttention(c, name='attention')(x, bias, enable_dropout)))
-    x = _layer_norm(c, 'mlp_layer_norm')(x + drop(BertMlp(c, name='mlp')(x)))
+    h = BertMlp(c, name='mlp')(x)
+    if c.adapter_dim:
+      h = peft.Adapter(c.adapter_dim, dtype=c.dtype, param_dtype=c.param_dtype, name='adapter')(h)
+    x = _layer_norm(c, 'mlp_layer_norm')(x + drop(h))
     return _constrain(x)
 
 

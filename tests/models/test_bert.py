@@ -317,3 +317,25 @@ def test_masked_lm_parameters_load_into_a_bert_classifier_by_path():
   assert plan.reinitialised and all(p.startswith('head/') for p in plan.reinitialised)
   assert plan.skipped and not any(p.startswith('encoder/') for p in plan.skipped)
   assert (classifier.cls_id, classifier.sep_id) == (8098, 8097)  # the masked LM's [CLS], [SEP]
+
+
+def test_adapters_start_as_identity_and_are_the_only_new_parameters():
+  import dataclasses
+  from t2t.training import adaptation
+  base = bert.BertEncoder(CONFIG)
+  with_adapters = bert.BertEncoder(dataclasses.replace(CONFIG, adapter_dim=4))
+  params = base.init(jax.random.PRNGKey(0), TOKENS, TYPES, False)['params']
+  full = with_adapters.init(jax.random.PRNGKey(0), TOKENS, TYPES, False)['params']
+  base_paths = set(adaptation.param_paths(nn.unbox(params)))
+  new = set(adaptation.param_paths(nn.unbox(full))) - base_paths
+  assert new == {f'layers_{i}/adapter/{w}/kernel' for i in range(2) for w in ('wi', 'wo')}
+  merged = jax.tree.map(lambda x: x, nn.unbox(full))
+  for i in range(2):  # the pre-trained weights, with the fresh adapters
+    merged[f'layers_{i}'] = {**nn.unbox(params)[f'layers_{i}'],
+                             'adapter': nn.unbox(full)[f'layers_{i}']['adapter']}
+  merged['embeddings'] = nn.unbox(params)['embeddings']
+  out_base = base.apply({'params': params}, TOKENS, TYPES, False)
+  out_adapted = with_adapters.apply({'params': merged}, TOKENS, TYPES, False)
+  np.testing.assert_array_equal(out_adapted[-1], out_base[-1])  # zero up-projection: identity
+  with pytest.raises(ValueError, match='adapter_dim'):
+    dataclasses.replace(CONFIG, adapter_dim=-1)

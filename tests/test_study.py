@@ -96,3 +96,17 @@ def test_a_row_without_restarts_is_refused():
   from t2t import phases
   with pytest.raises(ValueError, match="row 'x'.*seeds"):
     study.run_study(root="/tmp/unused", rows={"x": [phases.Phase(name="p")]})
+
+
+def test_a_failing_row_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
+  from t2t import phases
+  monkeypatch.chdir(ROOT)
+  bad = phases.Phase(name="bad", gin_files=["experiments/bbc_demo/finetune.gin"],
+                     bindings={"MIXTURE_OR_TASK_NAME": "no_such_task",
+                               "INITIAL_CHECKPOINT_PATH": None},
+                     eval_gin_files=["experiments/bbc_demo/eval.gin"], seeds=[0])
+  with pytest.raises(study.StudyError, match="1 row\\(s\\) failed: broken"):
+    study.run_study(root=str(tmp_path), rows={"broken": [bad]}, title="t")
+  record = json.loads((tmp_path / study.STUDY_FILE).read_text())["rows"]["broken"]
+  assert "bad (seed 0): train failed" in record["error"] and "restarts" not in record
+  assert "| broken | bad | failed (see study.json) |" in (tmp_path / study.TABLE_FILE).read_text()

@@ -13,12 +13,13 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import flax
 import flax.linen as nn
+import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t2t.training import adaptation
+from t2t.training import adaptation, partitioning
 from t2t.training.partitioning import Partitioner
 
 
@@ -45,21 +46,80 @@ class Hook(Protocol):
 
 
 def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: Any,
-               state: TrainState, batch: Mapping[str, jax.Array], dropout_rng: jax.Array
-               ) -> tuple[TrainState, dict[str, jax.Array]]:
+               state: TrainState, batch: Mapping[str, jax.Array], dropout_rng: jax.Array,
+               num_microbatches: int = 1) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer step on one batch; returns the new state and the step's metrics.
 
   `trainable` (a static bool tree like the params, `adaptation.trainable_mask`) says which
   parameters are differentiated; the others' gradients are zeros, so `grad_norm` covers the
-  trainable ones only.
+  trainable ones only. With `num_microbatches` > 1 the gradient is accumulated over that many
+  slices of the batch (`accumulated_gradients`) and equals the whole batch's.
   """
   rng = jax.random.fold_in(dropout_rng, state.step)
   grad_fn = adaptation.value_and_grad_trainable(model.loss_fn, trainable)
-  (_, metrics), grads = grad_fn(state.params, batch, rng)
+  if num_microbatches == 1:
+    (_, metrics), grads = grad_fn(state.params, batch, rng)
+  else:
+    grads, metrics = accumulated_gradients(model.loss_fn, trainable, state.params, batch, rng,
+                                           num_microbatches)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def split_microbatches(batch: Mapping[str, jax.Array], num_microbatches: int
+                       ) -> dict[str, jax.Array]:
+  """[b, ...] -> [num_microbatches, b / num_microbatches, ...], microbatch m = rows m, m + M, ...
+
+  Strided, so that with the batch split over `data` (device k holds a contiguous block of rows)
+  every device holds an equal part of every microbatch and the split moves no data.
+  """
+  def split(x):
+    b = x.shape[0]
+    x = jnp.swapaxes(x.reshape(b // num_microbatches, num_microbatches, *x.shape[1:]), 0, 1)
+    return nn.with_logical_constraint(x, (None, "batch") + (None,) * (x.ndim - 2))
+  return {k: split(v) for k, v in batch.items()}
+
+
+def accumulated_gradients(loss_fn: Callable[..., Any], trainable: Any, params: Any,
+                          batch: Mapping[str, jax.Array], rng: jax.Array, num_microbatches: int
+                          ) -> tuple[Any, dict[str, jax.Array]]:
+  """The gradient and metrics of `loss_fn` on `batch`, computed over microbatches in a scan.
+
+  Every t2t loss is a weighted mean, loss = sum(ce * w) / sum(w), with sum(w) reported as the
+  metric `num_tokens` (models/api.py and the other families). So each microbatch contributes
+  the gradient of loss_i * n_i (its weighted sum), and the total is divided by N = sum n_i:
+  exactly the big batch's gradient, whatever the number of tokens per microbatch. Metrics other
+  than `num_tokens` are token-weighted means the same way. Dropout gets a different rng per
+  microbatch. Memory: one microbatch's activations plus one gradient accumulator.
+  """
+  def weighted(p, mb, r):
+    loss, metrics = loss_fn(p, mb, r)
+    return loss * metrics["num_tokens"], metrics
+  grad_fn = adaptation.value_and_grad_trainable(weighted, trainable)
+
+  def body(carry, xs):
+    grad_sum, metric_sums = carry
+    index, mb = xs
+    (_, metrics), grads = grad_fn(params, mb, jax.random.fold_in(rng, index))
+    n = metrics["num_tokens"]
+    grad_sum = jax.tree.map(jnp.add, grad_sum, grads)
+    metric_sums = {k: metric_sums[k] + (v if k == "num_tokens" else v * n)
+                   for k, v in metrics.items()}
+    return (grad_sum, metric_sums), None
+
+  micro = split_microbatches(batch, num_microbatches)
+  first = jax.tree.map(lambda x: x[0], micro)
+  metric_shapes = jax.eval_shape(lambda: loss_fn(params, first, rng)[1])
+  init = (jax.tree.map(jnp.zeros_like, params),
+          {k: jnp.zeros(v.shape, jnp.float32) for k, v in metric_shapes.items()})
+  (grad_sum, metric_sums), _ = jax.lax.scan(body, init, (jnp.arange(num_microbatches), micro))
+  total = metric_sums["num_tokens"]
+  denom = jnp.maximum(total, 1e-8)
+  grads = jax.tree.map(lambda g: (g / denom).astype(g.dtype), grad_sum)
+  metrics = {k: (v if k == "num_tokens" else v / denom) for k, v in metric_sums.items()}
+  return grads, metrics
 
 
 def eval_step(model: Any, params: Any, batch: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
@@ -68,13 +128,22 @@ def eval_step(model: Any, params: Any, batch: Mapping[str, jax.Array]) -> dict[s
   return metrics
 
 
+@gin.configurable(allowlist=["num_microbatches"])
 class Trainer:
-  """Builds the sharded state and the compiled step for a model, optimizer and mesh."""
+  """Builds the sharded state and the compiled step for a model, optimizer and mesh.
+
+  `num_microbatches` (gin `Trainer.num_microbatches`): gradient accumulation over that many
+  slices of each batch, for batches whose activations do not fit at once; 1 = one pass.
+  """
 
   def __init__(self, model: Any, optimizer: optax.GradientTransformation,
                partitioner: Partitioner, input_shapes: Mapping[str, tuple[int, ...]],
-               seed: int = 0):
+               seed: int = 0, num_microbatches: int = 1):
     self.model, self.optimizer, self.partitioner = model, optimizer, partitioner
+    self.num_microbatches = num_microbatches
+    batch_sizes = {shape[0] for shape in input_shapes.values()}
+    for batch_size in batch_sizes:  # before anything is traced or compiled
+      partitioner.check_batch_size(batch_size, num_microbatches)
     self._init_rng = jax.random.PRNGKey(seed)
     self.dropout_rng = jax.random.key(seed + 1, impl='rbg')  # XLA Philox bits (benchmarks/README)
 
@@ -86,6 +155,7 @@ class Trainer:
       boxed = jax.eval_shape(init, self._init_rng)
     self.params_shardings = partitioner.shardings_for(boxed)
     self.params_abstract = nn.unbox(boxed)
+    partitioning.check_divisible(self.params_abstract, self.params_shardings)
     opt_abstract = jax.eval_shape(optimizer.init, self.params_abstract)
     self.opt_state_shardings = self._opt_state_shardings(opt_abstract)
     self.opt_state_abstract = opt_abstract
@@ -94,7 +164,8 @@ class Trainer:
     data = partitioner.data_sharding
     self._train_step = jax.jit(
         functools.partial(train_step, model, optimizer,
-                          adaptation.trainable_mask(optimizer, self.params_abstract)),
+                          adaptation.trainable_mask(optimizer, self.params_abstract),
+                          num_microbatches=num_microbatches),
         in_shardings=(self.state_shardings, data, partitioner.replicated),
         out_shardings=(self.state_shardings, partitioner.replicated),
         donate_argnums=(0,))
@@ -103,16 +174,10 @@ class Trainer:
                               out_shardings=partitioner.replicated)
 
   def _opt_state_shardings(self, opt_abstract: Any) -> Any:
-    """Optimizer slots shaped like their parameter share its sharding; others replicate.
-
-    Factored AdaFactor moments (a row or a column of a matrix) are small and replicated.
-    """
-    by_shape: dict[tuple, Any] = {}
-    for leaf, sharding in zip(jax.tree.leaves(self.params_abstract),
-                              jax.tree.leaves(self.params_shardings)):
-      by_shape.setdefault(tuple(leaf.shape), sharding)
-    return jax.tree.map(lambda x: by_shape.get(tuple(x.shape), self.partitioner.replicated),
-                        opt_abstract)
+    """Each optimizer slot gets its parameter's sharding, by tree path (see
+    `partitioning.opt_state_shardings`); scalars and placeholders replicate."""
+    return partitioning.opt_state_shardings(opt_abstract, self.params_abstract,
+                                            self.params_shardings, self.partitioner.mesh)
 
   def init_params(self) -> Any:
     """Freshly initialised parameters, created directly in their shards."""

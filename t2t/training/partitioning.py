@@ -323,7 +323,7 @@ def opt_state_shardings(opt_abstract: Any, params_abstract: Any, params_sharding
         sub = spec
       else:
         sub = _dropped_axis_spec(names[:len(names) - n], param_shape, spec, shape)
-      if sub is None or not _fits(shape, sub, mesh):
+      if sub is None or all(a is None for a in sub) or not _fits(shape, sub, mesh):
         return replicated
       return NamedSharding(mesh, PartitionSpec(*sub))
     return replicated

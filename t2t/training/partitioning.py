@@ -71,7 +71,7 @@ MODEL_PARALLEL_RULES = tuple(STANDARD_LOGICAL_AXIS_RULES)
 # weight's `embed` axis over `data` too. Activations keep batch on `data` (flax assigns a mesh
 # axis once per array, and `batch` comes first), so their `embed` axis stays whole.
 TWO_D_RULES = _with(MODEL_PARALLEL_RULES, embed="data")
-# FSDP / ZeRO-3 (Rajbhandari et al. 2020, §5 "P_os+g+p"; Xu et al. 2021 GSPMD §3.3): parameters
+# FSDP / ZeRO-3 (Rajbhandari et al. 2020, "ZeRO", §5.3, stage P_os+g+p): parameters
 # and, through `opt_state_shardings`, optimizer state split over `data` on their `embed` axis
 # (d_model: the axis every T5 weight matrix has); activations split by batch only. XLA gathers
 # each weight before use and reduce-scatters its gradient.

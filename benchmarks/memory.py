@@ -54,6 +54,8 @@ GIB = 2 ** 30
 def t5_config(gin_file: str) -> T5Config:
   """The T5Config a model gin file builds (the whole file is parsed, nothing is called)."""
   gin.clear_config()
+  for path in config_lib.gin_search_paths():  # for the file's includes
+    gin.add_config_file_search_path(path)
   gin.parse_config_file(str(config_lib.resolve_gin_file(gin_file)))
   cfg = T5Config()
   gin.clear_config()

@@ -96,6 +96,9 @@ def accumulated_gradients(loss_fn: Callable[..., Any], trainable: Any, params: A
   """
   def weighted(p, mb, r):
     loss, metrics = loss_fn(p, mb, r)
+    if "num_tokens" not in metrics:
+      raise ValueError(f"Trainer.num_microbatches={num_microbatches} needs the loss's weight sum: "
+                       f"{loss_fn} returns no 'num_tokens' metric (it has {sorted(metrics)}).")
     return loss * metrics["num_tokens"], metrics
   grad_fn = adaptation.value_and_grad_trainable(weighted, trainable)
 

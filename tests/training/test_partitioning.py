@@ -47,8 +47,7 @@ def test_bad_partitioning_is_reported():
 def test_eight_devices_split_data_and_model_axes():
   code = textwrap.dedent("""
       import jax, jax.numpy as jnp, numpy as np, flax.linen as nn
-      from t2t.training import adaptation, optim, partitioning
-from t2t.training.partitioning import Partitioner
+      from t2t.training.partitioning import Partitioner
       from tests.training.test_partitioning import _Mlp
       p = Partitioner(num_partitions=2)
       assert dict(p.mesh.shape) == {"data": 4, "model": 2}, p.mesh.shape
@@ -204,3 +203,12 @@ def test_masked_optimizer_state_follows_the_trainable_parameters():
   mu = {k.split("/")[-1]: v for k, v in specs.items() if "/mu/" in k}
   assert mu == {"a": PartitionSpec("data", None), "bias": PartitionSpec()}  # b, c frozen
   assert params["b"] == PartitionSpec(None, "data")
+
+
+def test_a_parameter_the_mesh_does_not_divide_is_named():
+  p = Partitioner(num_partitions=4, devices=jax.devices() * 4)  # model axis of 4
+  boxed = jax.eval_shape(_TwoSame().init, jax.random.PRNGKey(0), jnp.ones((2, 8)))
+  with pytest.raises(ValueError, match=r"The parameter params/a of shape \(8, 6\) cannot be split "
+                                       r"as P\(None, 'model'\) over the mesh "
+                                       r"\{'data': 1, 'model': 4\}"):
+    partitioning.check_divisible(nn.unbox(boxed), p.shardings_for(boxed))

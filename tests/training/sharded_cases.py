@@ -23,8 +23,11 @@ from tests.training import toy
 
 BATCH, STEPS = 8, 3
 # heads 8 and vocab 64 divide every mesh axis used here; d_model 16 splits 8 ways under FSDP.
-MODEL = EncoderDecoderModel(Transformer(helpers.tiny_config(num_heads=8, d_kv=4, vocab_size=64)),
-                            toy.VOCAB, toy.VOCAB)
+# One layer per stack: each of the 8 Trainers compiles in a few seconds.
+MODEL = EncoderDecoderModel(
+    Transformer(helpers.tiny_config(num_heads=8, d_kv=4, vocab_size=64, num_encoder_layers=1,
+                                    num_decoder_layers=1)),
+    toy.VOCAB, toy.VOCAB)
 BATCHES = [helpers.seq2seq_batch(seed=s, batch=BATCH, vocab=64) for s in range(STEPS + 1)]
 SHAPES = {k: v.shape for k, v in BATCHES[0].items()}
 WI = ("encoder", "layers_0", "mlp", "wi", "kernel")  # (16, 32): embed x mlp

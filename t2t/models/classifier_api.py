@@ -25,6 +25,7 @@ import numpy as np
 import seqio
 
 from t2t.data import mlm, registry
+from t2t.models import api
 from t2t.models import classifier_data as data
 from t2t.models import heads
 
@@ -282,7 +283,4 @@ def _default_special_ids(vocab: seqio.Vocabulary, cls_id: int | None,
 
 
 def _require(batch: Batch, keys: tuple[str, ...], where: str) -> None:
-  missing = [k for k in keys if k not in batch]
-  if missing:
-    raise ValueError(f'{where}: batch lacks {missing}; it has {sorted(batch)}. Batches come from '
-                     'ClassifierModel.feature_converter_cls.')
+  api.require_features(batch, keys, where, 'ClassifierModel.feature_converter_cls')

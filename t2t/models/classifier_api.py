@@ -194,6 +194,13 @@ class ClassifierModel:
                        'classifier head and scalar mix; rename them in the encoder.')
     rep = states[-1]
     if self.scalar_mix:
+      widths = [int(x.shape[-1]) for x in states]
+      if len(set(widths)) > 1:
+        raise ValueError(
+            f'ClassifierModel.scalar_mix = True needs encoder states of one width, but '
+            f'{type(self.encoder).__name__} returns widths {widths} (embeddings, layer 1, ...); '
+            'mix a T5 or BERT encoder, or set scalar_mix = False (adaptation/freeze_encoder.gin '
+            'without _mix).')
       mix = self._mix(len(states))
       params['scalar_mix'] = mix.init(mix_rng, states)['params']
       rep = mix.apply({'params': nn.unbox(params['scalar_mix'])}, states)

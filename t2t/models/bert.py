@@ -322,6 +322,10 @@ class BertEncoder(nn.Module):
       token_types = jnp.zeros_like(tokens)
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), tokens.shape)
+    if c.num_prompt_tokens and prefix is None:
+      raise ValueError(f'BERT prompt tuning (BertConfig.num_prompt_tokens = {c.num_prompt_tokens}):'
+                       ' a bare BertEncoder holds no prompt; use BertEncoderStates (classifier) or '
+                       'BertMaskedLM, which own prompt/embedding.')
     valid = tokens > 0
     x = self.embeddings(tokens, token_types, positions, enable_dropout)
     n = 0

@@ -12,7 +12,7 @@ Batches are dicts keyed by seqio `EncDecFeatureConverter` names:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import flax
 import flax.linen as nn
@@ -253,14 +253,26 @@ def _get_path(tree: Any, path: tuple[str, ...]) -> Any:
   return tree
 
 
-def _require(batch: Batch, keys: tuple[str, ...], where: str) -> None:
+def require_features(batch: Batch, keys: Sequence[str], where: str, converter: str) -> None:
+  """Raises a ValueError naming `where`, the missing features and the `converter` making batches.
+
+  Shared by every model family (api, decoder_only, bert, classifier_api), one message format.
+  """
   missing = [k for k in keys if k not in batch]
   if missing:
     raise ValueError(f'{where}: batch lacks {missing}; it has {sorted(batch)}. Batches come from '
-                     'seqio.EncDecFeatureConverter.')
+                     f'{converter}.')
 
 
-def _refuse_packed(batch: Batch, where: str) -> None:
+def refuse_packed(batch: Batch, where: str) -> None:
+  """Raises a ValueError when `batch` is packed (has encoder or decoder segment ids)."""
   if 'encoder_segment_ids' in batch or 'decoder_segment_ids' in batch:
     raise ValueError(f'{where} does not support packed batches (one example per row); build the '
                      'batch with a feature converter created with pack=False.')
+
+
+def _require(batch: Batch, keys: Sequence[str], where: str) -> None:
+  require_features(batch, keys, where, 'seqio.EncDecFeatureConverter')
+
+
+_refuse_packed = refuse_packed

@@ -28,6 +28,8 @@ same `encoder/...` paths, so a pre-trained checkpoint restores into it by path):
   mlm_head/transform/{kernel,bias}                              [d, d], [d]   (embed, embed_out)
   mlm_head/layer_norm/{scale,bias}                              [d]
   mlm_head/output_bias                                          [v]           (vocab)
+  encoder/layers_{i}/adapter/{wi,wo}/kernel   with adapter_dim  [d, a], [a, d] (embed, adapter)
+  prompt/embedding                      with num_prompt_tokens  [n, d]        (prompt, embed)
 
 `BertPooler` (dense + tanh on the first token) is a separate module, `dense/{kernel,bias}`
 [d, d] (embed, embed_out), wherever a classifier head puts it; the masked-LM model has none (no
@@ -82,11 +84,16 @@ class BertConfig:
   # block's FFN output, before its residual and LayerNorm; 0 = none. Parameters
   # `layers_{i}/adapter/{wi,wo}/kernel`, absent from a pre-trained checkpoint (start as identity).
   adapter_dim: int = 0
+  # Prompt tuning (Lester et al. 2021 §2.2; t2t.models.peft.PromptEmbedding): this many learned
+  # vectors `prompt/embedding` [n, d] prepended to the input of the first layer; 0 = none. See
+  # `BertEncoder` for where they go and why.
+  num_prompt_tokens: int = 0
 
   def __post_init__(self):
-    if not isinstance(self.adapter_dim, (int, np.integer)) or self.adapter_dim < 0:
-      raise ValueError(f'BertConfig.adapter_dim must be a non-negative integer, got '
-                       f'{self.adapter_dim!r}.')
+    for name in ('adapter_dim', 'num_prompt_tokens'):
+      value = getattr(self, name)
+      if not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f'BertConfig.{name} must be a non-negative integer, got {value!r}.')
     for name in ('vocab_size', 'hidden_size', 'num_heads', 'intermediate_size',
                  'max_position_embeddings', 'type_vocab_size'):
       value = getattr(self, name)
@@ -283,6 +290,15 @@ class BertEncoder(nn.Module):
   i the output of layer i (the last one is BERT's sequence output). Padding is id 0: keys there are
   masked out of every attention. Optional packing features: `segment_ids` [b, l] (attention stays
   within a segment) and `positions` [b, l] (position ids; default 0..l-1).
+
+  Prompt tuning (Lester et al. 2021 §2.2: learned vectors prepended to the embedded input, the
+  model frozen): `prefix` [b, n, d] is prepended to the embeddings output, i.e. the first layer's
+  input, before [CLS]. BERT's "embedded input" is LayerNorm(word + position + token type); the
+  prompt vectors are free points of that space, so they get no position or token-type embedding
+  (with dropout, like the embeddings) and the tokens keep their pre-trained positions 0..l-1 (so
+  `max_position_embeddings` still bounds l alone). Every query attends to the n prompt keys.
+  The returned states drop the prompt positions: [b, l, d] as without prompts, [CLS] still at
+  index 0 for the pooler and 'first' pooling. Packed batches are refused (prompts are per row).
   """
   config: BertConfig
 
@@ -292,7 +308,8 @@ class BertEncoder(nn.Module):
     self.layers = [BertLayer(c, name=f'layers_{i}') for i in range(c.num_layers)]
 
   def __call__(self, tokens: Array, token_types: Array | None = None, enable_dropout: bool = True,
-               *, segment_ids: Array | None = None, positions: Array | None = None) -> list[Array]:
+               *, segment_ids: Array | None = None, positions: Array | None = None,
+               prefix: Array | None = None) -> list[Array]:
     c = self.config
     if tokens.ndim != 2:
       raise ValueError(f'BertEncoder expects tokens [batch, length], got shape {tokens.shape}.')
@@ -305,18 +322,31 @@ class BertEncoder(nn.Module):
       token_types = jnp.zeros_like(tokens)
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), tokens.shape)
+    if c.num_prompt_tokens and prefix is None:
+      raise ValueError(f'BERT prompt tuning (BertConfig.num_prompt_tokens = {c.num_prompt_tokens}):'
+                       ' a bare BertEncoder holds no prompt; use BertEncoderStates (classifier) or '
+                       'BertMaskedLM, which own prompt/embedding.')
     valid = tokens > 0
+    x = self.embeddings(tokens, token_types, positions, enable_dropout)
+    n = 0
+    if prefix is not None:
+      if segment_ids is not None:
+        raise ValueError('BERT prompt tuning (BertConfig.num_prompt_tokens > 0) needs unpacked '
+                         'batches: set USE_PACKING = False (train.use_packing).')
+      n = prefix.shape[1]
+      prefix = self.embeddings.dropout(prefix.astype(x.dtype), deterministic=not enable_dropout)
+      x = _constrain(jnp.concatenate([prefix, x], axis=1))
+      valid = jnp.concatenate([jnp.ones(prefix.shape[:2], bool), valid], axis=1)
     # Only keys are masked (as in BERT): a padding query still attends to the real tokens, so its
     # (unused) output stays finite.
-    mask = jnp.broadcast_to(valid[:, None, :], (tokens.shape[0], length, length))
+    mask = jnp.broadcast_to(valid[:, None, :], (tokens.shape[0], n + length, n + length))
     if segment_ids is not None:
       mask &= segment_ids[:, :, None] == segment_ids[:, None, :]
     bias = layers.mask_to_bias(mask[:, None])
-    x = self.embeddings(tokens, token_types, positions, enable_dropout)
-    hidden = [x]
+    hidden = [x[:, n:]]
     for layer in self.layers:
       x = layer(x, bias, enable_dropout)
-      hidden.append(x)
+      hidden.append(x[:, n:])
     return hidden
 
   def attend(self, x: Array) -> Array:
@@ -331,16 +361,27 @@ class BertEncoderStates(nn.Module):
   Same call and states as `BertEncoder`; its parameters are `encoder/embeddings/...` and
   `encoder/layers_{i}/...`, the paths of `BertMaskedLM`, so a masked-LM checkpoint loads into a
   classifier by path (the MLM head is skipped, the classifier head initialised fresh), and the
-  layer-wise adaptation methods find `encoder/layers_{i}` as in T5.
+  layer-wise adaptation methods find `encoder/layers_{i}` as in T5. With
+  `BertConfig.num_prompt_tokens` the prompt is `prompt/embedding`, at the top level as T5's.
   """
   config: BertConfig
 
   def setup(self):
     self.encoder = BertEncoder(self.config)
+    self.prompt = _prompt(self.config)
 
   def __call__(self, tokens: Array, token_types: Array | None = None,
                enable_dropout: bool = False) -> list[Array]:
-    return self.encoder(tokens, token_types, enable_dropout)
+    prefix = None if self.prompt is None else self.prompt(tokens.shape[0])
+    return self.encoder(tokens, token_types, enable_dropout, prefix=prefix)
+
+
+def _prompt(c: BertConfig) -> peft.PromptEmbedding | None:
+  """The prompt-tuning vectors, N(0, 1) like the LayerNorm-ed embeddings they sit beside."""
+  if not c.num_prompt_tokens:
+    return None
+  return peft.PromptEmbedding(c.num_prompt_tokens, c.hidden_size, dtype=c.dtype,
+                              param_dtype=c.param_dtype)
 
 
 @gin.configurable
@@ -384,11 +425,13 @@ class BertMaskedLM(nn.Module):
   def setup(self):
     self.encoder = BertEncoder(self.config)
     self.mlm_head = BertMlmHead(self.config)
+    self.prompt = _prompt(self.config)
 
   def __call__(self, tokens: Array, token_types: Array | None = None, enable_dropout: bool = True,
                *, segment_ids: Array | None = None, positions: Array | None = None) -> Array:
+    prefix = None if self.prompt is None else self.prompt(tokens.shape[0])
     hidden = self.encoder(tokens, token_types, enable_dropout, segment_ids=segment_ids,
-                          positions=positions)
+                          positions=positions, prefix=prefix)
     return self.mlm_head(hidden[-1], self.encoder)
 
 
@@ -502,13 +545,7 @@ class BertMaskedLMModel:
 
 
 def _require(batch: Batch, keys: Sequence[str], where: str) -> None:
-  missing = [k for k in keys if k not in batch]
-  if missing:
-    raise ValueError(f'{where}: batch lacks {missing}; it has {sorted(batch)}. Batches come from '
-                     't2t.data.mlm.BertMlmFeatureConverter.')
+  api.require_features(batch, keys, where, 't2t.data.mlm.BertMlmFeatureConverter')
 
 
-def _refuse_packed(batch: Batch, where: str) -> None:
-  if 'encoder_segment_ids' in batch:
-    raise ValueError(f'{where} does not support packed batches (one example per row); build the '
-                     'batch with a feature converter created with pack=False.')
+_refuse_packed = api.refuse_packed

@@ -14,6 +14,8 @@ Parameters (logical axes in brackets):
   encoder/layers_{i}/{forward,backward}/input_kernel  [in, 4h]    (embed, lstm_gates)
   encoder/layers_{i}/{forward,backward}/recurrent_kernel [h, 4h]  (lstm_hidden, lstm_gates)
   encoder/layers_{i}/{forward,backward}/bias          [4h]        (lstm_gates)
+  encoder/layers_{i}/adapter/{wi,wo}/kernel  with adapter_dim [2h, a], [a, 2h] (embed, adapter)
+  prompt/embedding                     with num_prompt_tokens [n, e]      (prompt, embed)
 `CrossSentenceAttention` (a pair head option) adds head/pair_interaction/kernel [d, d] (embed, mlp).
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t.models import layers
+from t2t.models import layers, peft
 
 Array = jax.Array
 
@@ -41,12 +43,23 @@ class BiLSTMConfig:
   num_layers: int = 2
   dropout_rate: float = 0.2        # on the embeddings and between layers
   skip_embeddings: bool = True     # concatenate the input embeddings to the last layer's output
+  # Adapter layers (Houlsby et al. 2019 §2.1, as T5 §3.5.2; t2t.models.peft.Adapter) of this inner
+  # width on each BiLSTM layer's output [b, l, 2h] (the place of a Transformer layer's FFN
+  # output); identity at the start; 0 = none.
+  adapter_dim: int = 0
+  # Prompt tuning (Lester et al. 2021 §2.2): this many learned vectors [n, e] prepended to each
+  # embedded sentence (see `BiLSTMEncoder`); 0 = none.
+  num_prompt_tokens: int = 0
 
   def __post_init__(self):
     for name in ('vocab_size', 'embed_dim', 'hidden_dim', 'num_layers'):
       value = getattr(self, name)
       if not isinstance(value, (int, np.integer)) or value <= 0:
         raise ValueError(f'BiLSTMConfig.{name} must be a positive integer, got {value!r}.')
+    for name in ('adapter_dim', 'num_prompt_tokens'):
+      value = getattr(self, name)
+      if not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f'BiLSTMConfig.{name} must be a non-negative integer, got {value!r}.')
     if not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f'BiLSTMConfig.dropout_rate must be in [0, 1), got {self.dropout_rate!r}.')
 
@@ -104,8 +117,11 @@ class BiLSTMLayer(nn.Module):
   """Forward and backward LSTMs, concatenated: [b, l, in] -> [b, l, 2 * hidden].
 
   The backward LSTM reads each row's real tokens from the last to the first (`reverse_valid`).
+  With `adapter_dim` > 0 a `peft.Adapter` (x + wo(relu(wi x)), wo zero at the start) follows;
+  it maps the zero states at padding to zero.
   """
   hidden_dim: int
+  adapter_dim: int = 0
 
   @nn.compact
   def __call__(self, x: Array, valid: Array) -> Array:
@@ -113,7 +129,10 @@ class BiLSTMLayer(nn.Module):
     forward = LSTM(self.hidden_dim, name='forward')(x, valid)
     backward = reverse_valid(
         LSTM(self.hidden_dim, name='backward')(reverse_valid(x, lengths), valid), lengths)
-    return jnp.concatenate([forward, backward], axis=-1)
+    out = jnp.concatenate([forward, backward], axis=-1)
+    if self.adapter_dim:
+      out = peft.Adapter(self.adapter_dim, name='adapter')(out)
+    return out
 
 
 class _Stack(nn.Module):
@@ -127,14 +146,24 @@ class _Stack(nn.Module):
     for i in range(c.num_layers):
       if i:
         x = layers.Dropout(c.dropout_rate)(x, deterministic=not enable_dropout)
-      x = BiLSTMLayer(c.hidden_dim, name=f'layers_{i}')(x, valid)
+      x = BiLSTMLayer(c.hidden_dim, c.adapter_dim, name=f'layers_{i}')(x, valid)
       outputs.append(x)
     return outputs
 
 
 @gin.configurable
 class BiLSTMEncoder(nn.Module):
-  """Embeddings + stacked BiLSTM + skip connection; returns all layer states (see module doc)."""
+  """Embeddings + stacked BiLSTM + skip connection; returns all layer states (see module doc).
+
+  Prompt tuning (`num_prompt_tokens` = n > 0; Lester et al. 2021 §2.2): n learned vectors
+  `prompt/embedding` [n, e] (initialised like the embeddings) are prepended to the embedded
+  sentence, as real steps, before dropout; a pair encoded 'separate'ly gets the same prompt in
+  front of each sentence (the encoder runs once per sentence). The returned states drop the
+  prompt steps, so they stay [b, l, ...] and the skip connection concatenates the tokens'
+  embeddings only. A recurrent encoder sees the prompt through its forward direction: the first
+  layer's backward LSTM reaches the prompt only after the sentence, so its states at the tokens do
+  not depend on it (the upper layers' do, through the first layer's forward half).
+  """
   config: BiLSTMConfig
 
   def setup(self):
@@ -143,14 +172,23 @@ class BiLSTMEncoder(nn.Module):
                                  embedding_init=nn.initializers.normal(stddev=c.embed_dim ** -0.5))
     self.encoder = _Stack(c)
     self.dropout = layers.Dropout(c.dropout_rate)
+    self.prompt = (peft.PromptEmbedding(c.num_prompt_tokens, c.embed_dim,
+                                        init_stddev=c.embed_dim ** -0.5)
+                   if c.num_prompt_tokens else None)
 
   def __call__(self, tokens: Array, token_types: Array | None = None,
                enable_dropout: bool = False) -> list[Array]:
     del token_types
     valid = tokens > 0
     embedded = jnp.where(valid[..., None], self.embedder(tokens), 0.0)
-    outputs = self.encoder(self.dropout(embedded, deterministic=not enable_dropout), valid,
+    x, steps = embedded, valid
+    n = self.config.num_prompt_tokens
+    if n:
+      x = jnp.concatenate([self.prompt(tokens.shape[0]), embedded], axis=1)
+      steps = jnp.concatenate([jnp.ones((tokens.shape[0], n), bool), valid], axis=1)
+    outputs = self.encoder(self.dropout(x, deterministic=not enable_dropout), steps,
                            enable_dropout)
+    outputs = [o[:, n:] for o in outputs]
     if self.config.skip_embeddings:
       outputs[-1] = jnp.concatenate([outputs[-1], embedded], axis=-1)
     return [embedded, *outputs]

@@ -25,6 +25,7 @@ import numpy as np
 import seqio
 
 from t2t.data import mlm, registry
+from t2t.models import api
 from t2t.models import classifier_data as data
 from t2t.models import heads
 
@@ -193,6 +194,13 @@ class ClassifierModel:
                        'classifier head and scalar mix; rename them in the encoder.')
     rep = states[-1]
     if self.scalar_mix:
+      widths = [int(x.shape[-1]) for x in states]
+      if len(set(widths)) > 1:
+        raise ValueError(
+            f'ClassifierModel.scalar_mix = True needs encoder states of one width, but '
+            f'{type(self.encoder).__name__} returns widths {widths} (embeddings, layer 1, ...); '
+            'mix a T5 or BERT encoder, or set scalar_mix = False (adaptation/freeze_encoder.gin '
+            'without _mix).')
       mix = self._mix(len(states))
       params['scalar_mix'] = mix.init(mix_rng, states)['params']
       rep = mix.apply({'params': nn.unbox(params['scalar_mix'])}, states)
@@ -282,7 +290,4 @@ def _default_special_ids(vocab: seqio.Vocabulary, cls_id: int | None,
 
 
 def _require(batch: Batch, keys: tuple[str, ...], where: str) -> None:
-  missing = [k for k in keys if k not in batch]
-  if missing:
-    raise ValueError(f'{where}: batch lacks {missing}; it has {sorted(batch)}. Batches come from '
-                     'ClassifierModel.feature_converter_cls.')
+  api.require_features(batch, keys, where, 'ClassifierModel.feature_converter_cls')

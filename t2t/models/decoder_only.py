@@ -291,14 +291,8 @@ class DecoderOnlyModel:
 
 
 def _require(batch: Batch, keys: tuple[str, ...], where: str) -> None:
-  missing = [k for k in keys if k not in batch]
-  if missing:
-    raise ValueError(f'{where}: batch lacks {missing}; it has {sorted(batch)}. Batches come from '
-                     'seqio.DecoderFeatureConverter / PrefixLMFeatureConverter.')
+  api.require_features(batch, keys, where,
+                       'seqio.DecoderFeatureConverter / PrefixLMFeatureConverter')
 
 
-def _refuse_packed(batch: Batch, where: str) -> None:
-  if 'decoder_segment_ids' in batch:
-    raise ValueError(f'{where} does not support packed batches (one example per row); build the '
-                     'batch with a feature converter created with pack=False.')
-
+_refuse_packed = api.refuse_packed

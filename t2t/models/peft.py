@@ -2,8 +2,11 @@
 
 - `Adapter`: T5 §3.5.2 / Table 10 (after Houlsby et al. 2019): a dense-ReLU-dense block with a
   residual after every feed-forward network; the T5 layers build it when `T5Config.adapter_dim > 0`.
-- `PromptEmbedding`: prompt tuning (Lester et al. 2021): `T5Config.num_prompt_tokens` learned
-  vectors prepended to the embedded encoder input.
+- `Adapter` is also built by BERT (`BertConfig.adapter_dim`, on each FFN output, Houlsby et al.)
+  and the BiLSTM (`BiLSTMConfig.adapter_dim`, after each BiLSTM layer).
+- `PromptEmbedding`: prompt tuning (Lester et al. 2021): `{T5,Bert,BiLSTM}Config.num_prompt_tokens`
+  learned vectors prepended to the embedded encoder input (T5 encoder-decoder and T5 classifier
+  encoder, BERT, BiLSTM; each family's docstring says where exactly).
 - `LoraModel`: LoRA (Hu et al. 2021, §4.1) for any model family, in parameter space: it wraps a
   model of the t2t API, adds low-rank factors next to the chosen kernels, and runs the base model
   on W + (alpha / r) A B. `merge` turns its parameters into a plain base-model tree for export.
@@ -56,17 +59,19 @@ class Adapter(nn.Module):
 class PromptEmbedding(nn.Module):
   """`num_tokens` learned input vectors [n, d], broadcast over the batch: -> [b, n, d].
 
-  Initialised like the token embeddings (normal, stddev 1.0).
+  Initialised N(0, init_stddev^2); the default 1.0 is T5's token-embedding initialisation (a
+  family passes its own embeddings' scale, e.g. the BiLSTM's embed_dim ** -0.5).
   """
   num_tokens: int
   features: int
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  init_stddev: float = 1.0
 
   @nn.compact
   def __call__(self, batch_size: int) -> Array:
     table = self.param('embedding', nn.with_logical_partitioning(
-        nn.initializers.normal(1.0), ('prompt', 'embed')), (self.num_tokens, self.features),
+        nn.initializers.normal(self.init_stddev), ('prompt', 'embed')), (self.num_tokens, self.features),
                        self.param_dtype)
     return jnp.broadcast_to(jnp.asarray(table, self.dtype)[None],
                             (batch_size, self.num_tokens, self.features))

@@ -9,14 +9,21 @@ Encoder protocol (docs/ARCHITECTURE.md): `encoder(tokens [b, l], token_types, en
 [embeddings, layer 1, ..., layer n], each [b, l, d_model]. As in Hugging Face's T5
 `output_hidden_states`, the last entry is after the encoder's final RMSNorm (and dropout): it is
 the representation T5's decoder reads. T5 has no token types; they are ignored.
+
+Options of `T5Config` that add parameters work as in `Transformer`: `adapter_dim` (the layers
+build the adapters) and `num_prompt_tokens` (prompt tuning, Lester et al. 2021 §2.2: n learned
+vectors `prompt/embedding` [n, d] prepended to the embedded tokens, attended by every position, as
+`Transformer.encode` does). The returned states drop the prompt positions, so they stay [b, l, d]
+for the classifier head's pooling over real tokens.
 """
 from __future__ import annotations
 
 import flax.linen as nn
 import gin
 import jax
+import jax.numpy as jnp
 
-from t2t.models import layers
+from t2t.models import layers, peft
 from t2t.models.transformer import Encoder, T5Config
 
 Array = jax.Array
@@ -36,6 +43,9 @@ class T5EncoderStates(nn.Module):
                                        embedding_init=nn.initializers.normal(stddev=1.0),
                                        dtype=c.dtype, param_dtype=c.param_dtype)
     self.encoder = Encoder(c, shared_embedding=self.token_embedder)
+    self.prompt = (peft.PromptEmbedding(c.num_prompt_tokens, c.d_model, dtype=c.dtype,
+                                        param_dtype=c.param_dtype)
+                   if c.num_prompt_tokens else None)
 
   def __call__(self, tokens: Array, token_types: Array | None = None,
                enable_dropout: bool = False) -> list[Array]:
@@ -43,13 +53,19 @@ class T5EncoderStates(nn.Module):
     enc = self.encoder
     drop = lambda y: enc.dropout(y, deterministic=not enable_dropout)
     valid = tokens > 0
-    length = tokens.shape[1]
+    x = self.token_embedder(tokens)
+    n = 0
+    if self.prompt is not None:
+      n = self.config.num_prompt_tokens
+      x = jnp.concatenate([self.prompt(tokens.shape[0]).astype(x.dtype), x], axis=1)
+      valid = jnp.concatenate([jnp.ones((tokens.shape[0], n), bool), valid], axis=1)
+    length = x.shape[1]
     bias = enc.relpos_bias(length, length) + layers.mask_to_bias(
         layers.make_attention_mask(valid, valid))
-    x = drop(self.token_embedder(tokens))
-    states = [x]
+    x = drop(x)
+    states = [x[:, n:]]
     for layer in enc.layers:
       x = layer(x, bias, enable_dropout)
-      states.append(x)
-    states[-1] = drop(enc.encoder_norm(x))
+      states.append(x[:, n:])
+    states[-1] = drop(enc.encoder_norm(x))[:, n:]
     return states

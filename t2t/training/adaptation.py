@@ -94,14 +94,18 @@ def _tree_like(params: Any, values: Sequence[Any]) -> Any:
 
 
 def select(params: Any, trainable: Sequence[str] | None = None,
-           frozen: Sequence[str] = ()) -> Any:
+           frozen: Sequence[str] = (), always_trainable: Sequence[str] = ()) -> Any:
   """A bool tree like `params`: True where the parameter trains.
 
-  `trainable=None` means all parameters; `frozen` patterns are then removed from that set.
+  `trainable=None` means all parameters; `always_trainable` patterns are added to `trainable`;
+  `frozen` patterns are then removed from that set.
   """
   paths = param_paths(params)
   train = ([True] * len(paths) if trainable is None
            else match_paths(paths, trainable, 'adapted.trainable'))
+  if always_trainable:
+    train = [t or a for t, a in zip(
+        train, match_paths(paths, always_trainable, 'adapted.always_trainable'))]
   if frozen:
     train = [t and not f for t, f in zip(train, match_paths(paths, frozen, 'adapted.frozen'))]
   if not any(train):
@@ -230,11 +234,15 @@ def adapted(base: optax.GradientTransformation = gin.REQUIRED,
             trainable: Sequence[str] | None = None,
             frozen: Sequence[str] = (),
             unfreeze_every: int | None = None,
-            layer_decay: float | None = None) -> AdaptedTransformation:
+            layer_decay: float | None = None,
+            always_trainable: Sequence[str] = ()) -> AdaptedTransformation:
   """`base` restricted to some parameters, with optional gradual unfreezing and per-layer rates.
 
   trainable: regexes of the parameters that train (None: all); frozen: regexes removed from them.
     Frozen parameters get `optax.set_to_zero()` (no optimizer state, no gradient computation).
+  always_trainable: regexes that train in addition to `trainable` under every recipe. A model's
+    gin file binds it, not a recipe: the classifier families bind ['^head/'] (the task head is
+    always fresh), so the recipes in gin/adaptation stay one line for every family.
   unfreeze_every: gradual unfreezing (T5 §3.5.2): at step s the top s // unfreeze_every + 1
     layers of every stack train, embeddings always. T5 uses 12 episodes over fine-tuning.
   layer_decay: discriminative learning rates (Howard & Ruder 2018 §3.2: eta^{l-1} = eta^l / 2.6;
@@ -251,7 +259,7 @@ def adapted(base: optax.GradientTransformation = gin.REQUIRED,
     raise ValueError(f'adapted.layer_decay must be in (0, 1], got {layer_decay}.')
 
   def mask_fn(params):
-    return select(params, trainable, frozen)
+    return select(params, trainable, frozen, always_trainable)
 
   def labels(params):
     return jax.tree.map(lambda t: 'train' if t else 'frozen', mask_fn(params))

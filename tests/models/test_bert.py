@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from t2t.data import vocabularies
-from t2t.models import bert, bert_hf
+from t2t.models import bert, bert_hf, layers
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
@@ -339,3 +339,70 @@ def test_adapters_start_as_identity_and_are_the_only_new_parameters():
   np.testing.assert_array_equal(out_adapted[-1], out_base[-1])  # zero up-projection: identity
   with pytest.raises(ValueError, match='adapter_dim'):
     dataclasses.replace(CONFIG, adapter_dim=-1)
+
+
+# ------------------------------------------------------------------ prompt tuning
+PROMPT_CONFIG = bert.BertConfig(**{**CONFIG.__dict__, 'num_prompt_tokens': 3})
+
+
+@pytest.fixture(scope='module')
+def prompt_vars():
+  return jax.jit(lambda rng: bert.BertEncoderStates(PROMPT_CONFIG).init(rng, TOKENS, TYPES))(
+      jax.random.PRNGKey(0))
+
+
+def test_prompt_is_the_only_new_parameter(prompt_vars):
+  from t2t.training import adaptation
+  plain = bert.BertEncoderStates(CONFIG).init(jax.random.PRNGKey(0), TOKENS, TYPES)['params']
+  prompt = prompt_vars['params']['prompt']['embedding']
+  assert prompt.names == ('prompt', 'embed') and prompt.value.shape == (3, CONFIG.hidden_size)
+  ours, theirs = nn.unbox(prompt_vars['params']), nn.unbox(plain)
+  assert set(adaptation.param_paths(ours)) - set(adaptation.param_paths(theirs)) == {
+      'prompt/embedding'}
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-7),  # jit vs eager
+               {"encoder": ours["encoder"]}, theirs)
+
+
+def test_prompt_is_prepended_to_the_first_layers_input(prompt_vars):
+  """By the definition (Lester et al. §2.2, BertEncoder's doc): layer 0 reads
+  [prompt; LN(word + position + type)] with the tokens at positions 0..l-1, every real key
+  visible; the states returned are the tokens' ([b, l, d], [CLS] first)."""
+  params = nn.unbox(prompt_vars['params'])
+  states = bert.BertEncoderStates(PROMPT_CONFIG).apply({'params': params}, TOKENS, TYPES)
+  assert [s.shape for s in states] == [(3, 10, CONFIG.hidden_size)] * 3
+  b, l = TOKENS.shape
+  embedded = bert.BertEmbeddings(CONFIG).apply(
+      {'params': params['encoder']['embeddings']}, TOKENS, TYPES,
+      np.broadcast_to(np.arange(l), TOKENS.shape), False)
+  np.testing.assert_allclose(states[0], embedded, atol=1e-6)  # the prompt is not an embedding
+  x = np.concatenate([np.broadcast_to(params['prompt']['embedding'], (b, 3, CONFIG.hidden_size)),
+                      embedded], axis=1)
+  keys = np.concatenate([np.ones((b, 3), bool), TOKENS > 0], axis=1)
+  bias = layers.mask_to_bias(np.broadcast_to(keys[:, None, None, :], (b, 1, l + 3, l + 3)))
+  for i in range(CONFIG.num_layers):
+    x = bert.BertLayer(CONFIG).apply({'params': params['encoder'][f'layers_{i}']}, x, bias, False)
+    np.testing.assert_allclose(states[i + 1], x[:, 3:], atol=2e-5, err_msg=f'layer {i}')
+  # The prompt matters (the test can fail), and padding beyond a row's end does not.
+  other = jax.tree.map(lambda v: v, params)
+  other['prompt'] = {'embedding': params['prompt']['embedding'] + 1.0}
+  moved = bert.BertEncoderStates(PROMPT_CONFIG).apply({'params': other}, TOKENS, TYPES)
+  assert not np.allclose(moved[-1], states[-1], atol=1e-3)
+  alone = bert.BertEncoderStates(PROMPT_CONFIG).apply({'params': params}, TOKENS[1:2, :3],
+                                                      TYPES[1:2, :3])
+  np.testing.assert_allclose(alone[-1][0], states[-1][1, :3], atol=1e-5)
+
+
+def test_prompt_tuning_refusals_name_the_family_and_option(prompt_vars):
+  params = nn.unbox(prompt_vars['params'])
+  # A bare BertEncoder holds no prompt: it must not silently ignore the option.
+  with pytest.raises(ValueError, match=r'BERT prompt tuning \(BertConfig.num_prompt_tokens = 3\)'
+                                       ': a bare BertEncoder'):
+    bert.BertEncoder(PROMPT_CONFIG).apply({'params': params['encoder']}, TOKENS, TYPES, False)
+  # Prompts are per row: packed batches are refused.
+  model = bert.BertMaskedLM(PROMPT_CONFIG)
+  mlm_vars = model.init(jax.random.PRNGKey(0), TOKENS, TYPES, False)
+  assert nn.unbox(mlm_vars['params'])['prompt']['embedding'].shape == (3, CONFIG.hidden_size)
+  with pytest.raises(ValueError, match=r'BERT prompt tuning .* needs unpacked batches'):
+    model.apply(mlm_vars, TOKENS, TYPES, False, segment_ids=(TOKENS > 0).astype(np.int32))
+  with pytest.raises(ValueError, match='BertConfig.num_prompt_tokens must be a non-negative'):
+    bert.BertConfig(vocab_size=10, num_prompt_tokens=-1)

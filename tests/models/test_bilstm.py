@@ -114,3 +114,62 @@ def test_bilstm_gin_pair_model_with_cross_attention_has_the_documented_paths():
   assert paths['head/pool_projection/kernel'] == [2 * width, 64]
   assert paths['head/mlp/hidden/kernel'] == [4 * 64, 128]  # head_small: hidden 128
   assert paths['head/mlp/output/kernel'] == [128, 2]
+
+
+# ----------------------------------------------------------------------------- adaptation options
+def test_adapters_after_each_layer_start_as_identity():
+  import dataclasses
+  tokens = np.array([[3, 4, 5, 0], [6, 7, 0, 0]], np.int32)
+  base = bilstm.BiLSTMEncoder(CONFIG)
+  adapted = bilstm.BiLSTMEncoder(dataclasses.replace(CONFIG, adapter_dim=3))
+  params = nn.unbox(base.init(jax.random.PRNGKey(0), tokens)['params'])
+  boxed = adapted.init(jax.random.PRNGKey(0), tokens)['params']
+  full = nn.unbox(boxed)
+  wi = boxed['encoder']['layers_1']['adapter']['wi']['kernel']
+  assert wi.names == ('embed', 'adapter') and wi.value.shape == (10, 3)
+  for i in range(2):
+    assert set(full['encoder'][f'layers_{i}']) == {'forward', 'backward', 'adapter'}
+    np.testing.assert_array_equal(full['encoder'][f'layers_{i}']['adapter']['wo']['kernel'], 0.0)
+  # Zero up-projection: the adapted encoder computes the base encoder's states exactly.
+  merged = jax.tree.map(lambda x: x, full)
+  for i in range(2):
+    merged['encoder'][f'layers_{i}'].update(params['encoder'][f'layers_{i}'])
+  merged['embedder'] = params['embedder']
+  for a, b in zip(adapted.apply({'params': merged}, tokens),
+                  base.apply({'params': params}, tokens)):
+    np.testing.assert_array_equal(a, b)
+  # A trained adapter changes the states but keeps padding at zero.
+  merged['encoder']['layers_0']['adapter']['wo']['kernel'] = np.ones((3, 10), np.float32)
+  moved = adapted.apply({'params': merged}, tokens)
+  assert not np.allclose(moved[-1], base.apply({'params': params}, tokens)[-1])
+  np.testing.assert_array_equal(moved[1][tokens == 0], 0.0)
+
+
+def test_prompt_is_read_by_the_forward_lstm_before_the_sentence():
+  """Hand check against the numpy LSTM: layer 1's forward half runs over [prompt; sentence], its
+  backward half over the sentence alone (it reaches the prompt only after it)."""
+  import dataclasses
+  config = dataclasses.replace(CONFIG, num_prompt_tokens=2)
+  encoder = bilstm.BiLSTMEncoder(config)
+  tokens = np.array([[3, 4, 5, 0], [6, 7, 0, 0]], np.int32)
+  boxed = encoder.init(jax.random.PRNGKey(0), tokens)['params']
+  assert boxed['prompt']['embedding'].names == ('prompt', 'embed')
+  params = jax.tree.map(np.asarray, nn.unbox(boxed))
+  states = [np.asarray(s) for s in encoder.apply({'params': params}, tokens)]
+  assert [s.shape for s in states] == [(2, 4, 6), (2, 4, 10), (2, 4, 16)]  # prompt dropped
+  prompt, table = params['prompt']['embedding'], params['embedder']['embedding']
+  layer = params['encoder']['layers_0']
+  lstm = lambda d, x: _numpy_lstm(x, layer[d]['input_kernel'], layer[d]['recurrent_kernel'],
+                                  layer[d]['bias'])
+  for row, n in ((0, 3), (1, 2)):
+    emb = table[tokens[row, :n]]
+    fwd = lstm('forward', np.concatenate([prompt, emb]))[2:]
+    bwd = lstm('backward', emb[::-1])[::-1]
+    np.testing.assert_allclose(states[1][row, :n], np.concatenate([fwd, bwd], -1), rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_array_equal(states[1][row, n:], 0.0)
+  np.testing.assert_allclose(states[0][tokens > 0], table[tokens[tokens > 0]], atol=1e-6)
+  with pytest.raises(ValueError, match='BiLSTMConfig.num_prompt_tokens must be a non-negative'):
+    dataclasses.replace(CONFIG, num_prompt_tokens=-1)
+  with pytest.raises(ValueError, match='BiLSTMConfig.adapter_dim must be a non-negative'):
+    dataclasses.replace(CONFIG, adapter_dim=1.5)

@@ -120,6 +120,29 @@ def test_prompt_tuning_refuses_packed_batches():
     model.get_initial_variables(jax.random.PRNGKey(0), shapes)
 
 
+def test_t5_classifier_encoder_prompt_is_the_encode_prompt():
+  """T5EncoderStates with num_prompt_tokens computes Transformer.encode's prompt-tuned encoder
+  (same parameters by path), minus the prompt positions; without it the option was ignored."""
+  from t2t.models.t5_encoder import T5EncoderStates  # pylint: disable=g-import-not-at-top
+  config = T5Config(vocab_size=64, d_model=16, num_heads=2, d_kv=8, d_ff=32, num_encoder_layers=2,
+                    num_decoder_layers=1, dropout_rate=0.0, num_prompt_tokens=3)
+  tokens = jnp.array([[5, 6, 7, 8, 1], [9, 10, 1, 0, 0]], jnp.int32)
+  full = nn.unbox(Transformer(config).init(jax.random.PRNGKey(0), tokens, tokens[:, :2],
+                                           enable_dropout=False)['params'])
+  encoder = T5EncoderStates(config)
+  boxed = encoder.init(jax.random.PRNGKey(0), tokens)['params']
+  assert set(boxed) == {'token_embedder', 'encoder', 'prompt'}
+  assert boxed['prompt']['embedding'].names == ('prompt', 'embed')
+  params = {k: full[k] for k in boxed}
+  states = encoder.apply({'params': params}, tokens)
+  encoded = Transformer(config).apply({'params': full}, tokens, enable_dropout=False,
+                                      method=Transformer.encode)
+  assert encoded.shape[1] == 3 + 5 and states[-1].shape == (2, 5, 16)
+  np.testing.assert_allclose(states[-1], encoded[:, 3:], atol=1e-5)
+  other = {**params, 'prompt': {'embedding': params['prompt']['embedding'] + 1.0}}
+  assert not np.allclose(encoder.apply({'params': other}, tokens)[-1], states[-1], atol=1e-3)
+
+
 # ----------------------------------------------------------------------------- LoRA
 def test_merge_hand_computed():
   w = jnp.array([[1.0, 2.0], [3.0, 4.0]])

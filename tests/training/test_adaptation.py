@@ -68,6 +68,19 @@ def test_select_trainable_and_frozen():
       'decoder/layers_1/w', 'decoder/layers_2/w', 'token_embedder/embedding']
 
 
+def test_always_trainable_adds_to_every_recipe_and_must_match():
+  mask = _flat(adaptation.select(TREE, trainable=[r'^decoder/layers_2/'],
+                                 always_trainable=[r'encoder_norm/'], frozen=[r'layers_2/']))
+  assert [k for k, v in mask.items() if v] == ['encoder/encoder_norm/scale']
+  tx = adaptation.adapted(optax.sgd(1.0), trainable=['^token_embedder/'],
+                          always_trainable=['^decoder/layers_0/'])
+  [upd] = _updates(tx, 1)
+  assert sorted(k for k, v in upd.items() if v) == ['decoder/layers_0/w',
+                                                    'token_embedder/embedding']
+  with pytest.raises(adaptation.PatternError, match=r"adapted.always_trainable: pattern '\^head/'"):
+    adaptation.select(TREE, always_trainable=['^head/'])
+
+
 def test_pattern_matching_nothing_names_it_and_lists_the_paths():
   with pytest.raises(adaptation.PatternError) as e:
     adaptation.select(TREE, frozen=['^head/'])

@@ -132,3 +132,30 @@ def train_edge_probe(train: EdgeData, evaluation: EdgeData, num_labels: int, ste
     predictions.append(np.asarray(predict(params, states, span1, span2)))
   correct = np.concatenate(predictions) == np.asarray(evaluation.labels)
   return {"accuracy": 100.0 * float(correct.mean())}
+
+
+def window_spans(tokens: np.ndarray, width: int, seed: int = 0) -> np.ndarray:
+  """One random span of ``width`` tokens inside each row's non-padding tokens: int [n, 2].
+
+  A row shorter than ``width`` gets its whole length. Used for a real span task from a
+  classification task: the label of each window is its example's label ("what does this local
+  context say about the topic?").
+  """
+  if width < 1:
+    raise ValueError(f"window width must be >= 1, got {width}.")
+  rng = np.random.RandomState(seed)
+  lengths = (np.asarray(tokens) > 0).sum(axis=1)
+  if np.any(lengths == 0):
+    raise ValueError(f"example {int(np.argmax(lengths == 0))} has no tokens to put a span on.")
+  starts = np.array([rng.randint(0, max(n - width, 0) + 1) for n in lengths])
+  return np.stack([starts, np.minimum(starts + width, lengths)], axis=1)
+
+
+def label_ids(labels: list, classes: list | None = None) -> tuple[np.ndarray, list]:
+  """String labels -> int ids (classes in sorted order unless given); unknown labels are errors."""
+  classes = sorted(set(labels)) if classes is None else list(classes)
+  index = {c: i for i, c in enumerate(classes)}
+  unknown = sorted({l for l in labels if l not in index})
+  if unknown:
+    raise ValueError(f"labels {unknown[:5]} are not among the training labels {classes}.")
+  return np.array([index[l] for l in labels], np.int32), classes

@@ -29,7 +29,7 @@ import gin
 import numpy as np
 
 from t2t.data import postprocessors, registry
-from t2t.probing import diagnostic, report, representations
+from t2t.probing import diagnostic, edge, report, representations
 
 
 def task_examples(task_name: str, split: str, max_examples: int, max_length: int,
@@ -74,7 +74,8 @@ def probe(checkpoints: Sequence[str] = gin.REQUIRED, encoder: nn.Module = gin.RE
           layers: Sequence[str | int] | None = None, poolings: Sequence[str] = ("mean",),
           kind: str = "classification", max_examples: int = 1000, max_length: int = 128,
           batch_size: int = 32, prefix_ids: Sequence[int] = (), l2: float = 1.0,
-          checkpoint_names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+          checkpoint_names: Sequence[str] | None = None, edge_window: int = 0,
+          edge_steps: int = 300) -> list[dict[str, Any]]:
   """Probes every layer of every checkpoint (see the module docstring); returns the rows.
 
   Args:
@@ -84,6 +85,10 @@ def probe(checkpoints: Sequence[str] = gin.REQUIRED, encoder: nn.Module = gin.RE
     prefix_ids: ids put before each input (BERT: its [CLS], `mlm.bert_special_ids(...).cls`,
       so that "first" pooling reads [CLS]).
     checkpoint_names: labels for the report (default: the paths' last two components).
+    edge_window: > 0 adds an edge probe per layer (``t2t.probing.edge``, classification only):
+      one random window of this many tokens per example, labelled with its example's label,
+      rows with pooling "span" and probe task "<task>_window<w>".
+    edge_steps: Adam steps of each edge probe.
   """
   if not checkpoints:
     raise ValueError("probe.checkpoints is empty: give at least one checkpoint path.")
@@ -106,11 +111,42 @@ def probe(checkpoints: Sequence[str] = gin.REQUIRED, encoder: nn.Module = gin.RE
         for tokens in (train_tokens, eval_tokens)]
     for row in diagnostic.probe_layers(features[0], train_y, features[1], eval_y, kind, l2):
       rows.append({"checkpoint": name, "step": step, "probe_task": probe_task, **row})
+    if edge_window > 0:
+      for row in _edge_rows(encoder, params, where, (train_tokens, train_y), (eval_tokens, eval_y),
+                            layers, edge_window, edge_steps, batch_size):
+        rows.append({"checkpoint": name, "step": step,
+                     "probe_task": f"{probe_task}_window{edge_window}", **row})
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, "probe_results.jsonl"), "w") as f:
     for row in rows:
       f.write(json.dumps(row) + "\n")
   report.write_report(rows, output_dir)
+  return rows
+
+
+def _edge_rows(encoder: nn.Module, params: Any, where: str, train: tuple, evaluation: tuple,
+               layers: Sequence[str | int] | None, width: int, steps: int,
+               batch_size: int) -> list[dict[str, Any]]:
+  """Edge-probe accuracy per layer on one random ``width``-token window per example."""
+  train_labels, classes = edge.label_ids(list(train[1]))
+  eval_labels, _ = edge.label_ids(list(evaluation[1]), classes)
+  run_encoder = representations.states_fn(encoder)
+
+  def all_states(tokens):  # [num_states] of float32 [n, l, d]
+    chunks = [[np.asarray(s, np.float32)[:, -chunk.shape[1]:] for s in run_encoder(params, chunk)]
+              for chunk in representations.as_batches(tokens, batch_size)]
+    return [np.concatenate(per_layer) for per_layer in zip(*chunks)]
+
+  train_states, eval_states = all_states(train[0]), all_states(evaluation[0])
+  spans = (edge.window_spans(train[0], width, seed=0), edge.window_spans(evaluation[0], width, 1))
+  rows = []
+  for layer in representations.select_layers(layers, len(train_states), where):
+    index = representations.layer_index(layer)
+    score = edge.train_edge_probe(
+        edge.EdgeData(train_states[index], spans[0], train_labels),
+        edge.EdgeData(eval_states[index], spans[1], eval_labels), len(classes),
+        steps=steps)["accuracy"]
+    rows.append({"layer": layer, "pooling": "span", "metric": "accuracy", "score": score})
   return rows
 
 

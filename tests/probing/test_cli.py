@@ -1,4 +1,5 @@
 """`python -m t2t.probing` end to end on bbc_topic with tiny T5 checkpoints; the report by hand."""
+import importlib
 import json
 import os
 import subprocess
@@ -56,13 +57,26 @@ def test_cli_writes_rows_curves_and_markdown(two_checkpoints, tmp_path):
 
 
 def test_probe_refuses_a_layer_the_checkpoint_lacks(two_checkpoints, tmp_path):
-  import tasks  # noqa: F401  (registers bbc_topic)
+  importlib.import_module("tasks")  # registers bbc_topic
   from t2t.probing import run
   encoder = t5_encoder.T5EncoderStates(transformer.T5Config(vocab_size=8192, **TINY))
   with pytest.raises(ValueError, match=r"seed0 has no layer 'layer_4'; it has 3 states: "
                                        r"embeddings, layer_1, layer_2\."):
     run.probe(checkpoints=two_checkpoints[:1], encoder=encoder, probe_task="bbc_topic",
               output_dir=str(tmp_path), layers=["layer_4"], max_examples=4, max_length=16)
+
+
+def test_probe_with_edge_windows_on_bbc_topic(two_checkpoints, tmp_path):
+  importlib.import_module("tasks")
+  from t2t.probing import run
+  encoder = t5_encoder.T5EncoderStates(transformer.T5Config(vocab_size=8192, **TINY))
+  rows = run.probe(checkpoints=two_checkpoints[:1], encoder=encoder, probe_task="bbc_topic",
+                   output_dir=str(tmp_path), layers=["embeddings", "layer_2"], max_examples=30,
+                   max_length=24, edge_window=4, edge_steps=5)
+  edge_rows = [r for r in rows if r["pooling"] == "span"]
+  assert [(r["layer"], r["probe_task"]) for r in edge_rows] == [
+      ("embeddings", "bbc_topic_window4"), ("layer_2", "bbc_topic_window4")]
+  assert all(0.0 <= r["score"] <= 100.0 for r in edge_rows)
 
 
 def test_markdown_and_plot_by_hand(tmp_path):

@@ -100,6 +100,19 @@ def test_edge_probe_learns_span_and_span_pair_labels(pair):
   assert control < majority + 8
 
 
+def test_window_spans_and_label_ids():
+  tokens = np.array([[5, 6, 7, 8, 9, 0], [5, 6, 0, 0, 0, 0]])
+  spans = edge.window_spans(tokens, 3, seed=0)
+  assert spans[1].tolist() == [0, 2]  # shorter than the window: the whole row
+  assert 0 <= spans[0, 0] <= 2 and spans[0, 1] - spans[0, 0] == 3
+  with pytest.raises(ValueError, match="example 0 has no tokens"):
+    edge.window_spans(np.zeros((1, 4)), 2)
+  ids, classes = edge.label_ids(["tech", "sport", "tech"])
+  assert ids.tolist() == [1, 0, 1] and classes == ["sport", "tech"]
+  with pytest.raises(ValueError, match=r"labels \['politics'\] are not among"):
+    edge.label_ids(["politics"], classes)
+
+
 def test_edge_data_errors_name_the_example():
   states = np.zeros((2, 5, 3), np.float32)
   bad = edge.EdgeData(states, np.array([[0, 2], [3, 3]]), np.array([0, 1]))

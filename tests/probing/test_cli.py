@@ -92,3 +92,18 @@ def test_markdown_and_plot_by_hand(tmp_path):
   (tmp_path / "rows.jsonl").write_text(json.dumps({"layer": "x"}) + "\n")
   with pytest.raises(ValueError, match=r"rows.jsonl:1: a probe row lacks \['checkpoint'"):
     report.read_rows(str(tmp_path / "rows.jsonl"))
+
+
+@pytest.mark.parametrize("gin_file, encoder_cls", [
+    ("probing/t5_tiny.gin", "T5EncoderStates"), ("probing/bert_tiny.gin", "BertEncoderStates"),
+    ("probing/bilstm_tiny.gin", "BiLSTMEncoder")])
+def test_probing_gin_files_build_their_encoder(gin_file, encoder_cls):
+  import gin
+  from t2t import config
+  config.parse_gin([gin_file], [])
+  try:
+    encoder = gin.query_parameter("probe.encoder").scoped_configurable_fn()
+    task = gin.query_parameter("probe.probe_task")
+  finally:
+    gin.clear_config()
+  assert type(encoder).__name__ == encoder_cls and task == "bbc_topic"

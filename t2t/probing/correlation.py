@@ -76,3 +76,30 @@ def probe_target_correlations(probe_scores: Mapping[str, Sequence[float]],
   for row, significant, p_holm in zip(rows, rejected, adjusted):
     row.update(p_holm=p_holm, significant=significant)
   return rows
+
+
+def probe_scores_by_run(rows: Sequence[Mapping[str, Any]], runs: Sequence[str],
+                        metric: str = "accuracy", layer: str | None = None,
+                        pooling: str | None = None) -> dict[str, list[float]]:
+  """{"<probe task>/<layer>/<pooling>": [score of run 1 .. R]} from `t2t.probing` result rows.
+
+  ``runs`` are the checkpoint names in the order of the target scores; ``layer`` / ``pooling``
+  restrict the rows (None: every one becomes its own probe). A probe missing for some run is an
+  error naming it, so probe and target scores always pair up run by run.
+  """
+  table: dict[str, dict[str, float]] = {}
+  for row in rows:
+    if row["metric"] != metric or (layer and row["layer"] != layer) or (
+        pooling and row["pooling"] != pooling):
+      continue
+    key = f"{row['probe_task']}/{row['layer']}/{row['pooling']}"
+    table.setdefault(key, {})[row["checkpoint"]] = float(row["score"])
+  if not table:
+    raise ValueError(f"no probe rows with metric {metric!r}, layer {layer!r}, pooling {pooling!r}.")
+  out = {}
+  for key, scores in table.items():
+    missing = [r for r in runs if r not in scores]
+    if missing:
+      raise ValueError(f"probe {key} has no score for runs {missing}; it has {sorted(scores)}.")
+    out[key] = [scores[r] for r in runs]
+  return out

@@ -44,6 +44,18 @@ def test_probe_target_correlations():
     correlation.probe_target_correlations({"a": [1, 2, 3]}, {"b": [1, 2]})
 
 
+def test_probe_scores_by_run_from_result_rows():
+  rows = [{"checkpoint": c, "probe_task": "topic", "layer": l, "pooling": "mean",
+           "metric": "accuracy", "score": s}
+          for c, s1, s2 in (("a", 50, 60), ("b", 55, 70), ("c", 52, 65))
+          for l, s in (("layer_1", s1), ("layer_2", s2))]
+  table = correlation.probe_scores_by_run(rows, ["c", "a", "b"], layer="layer_2")
+  assert table == {"topic/layer_2/mean": [65.0, 60.0, 70.0]}
+  assert len(correlation.probe_scores_by_run(rows, ["a", "b"])) == 2
+  with pytest.raises(ValueError, match=r"probe topic/layer_1/mean has no score for runs \['d'\]"):
+    correlation.probe_scores_by_run(rows, ["a", "d"], layer="layer_1")
+
+
 def test_diagnostic_probe_finds_the_layer_that_encodes_the_label():
   rng = np.random.RandomState(0)
   labels = rng.randint(0, 3, size=300)

@@ -1,8 +1,9 @@
 """Multi-task mixing rates (T5 §3.5.2; Wang et al.'s jiant sampling), usable as seqio Mixture rates.
 
 A seqio rate is a number or ``fn(task) -> float``; seqio normalises the rates of a mixture's tasks
-into sampling probabilities. Every strategy here is a pure function of a task's size N (examples
-in its training split) so it can also be computed without seqio (``mixing_proportions``):
+into sampling probabilities. Every strategy here is a pure function of the tasks' sizes N (examples
+in their training splits; UniMax needs all of them at once, the others only the task's own) so it
+can also be computed without seqio (``mixing_proportions``, ``unimax_proportions``):
 
 | strategy | rate of a task with N examples | constructor |
 |---|---|---|

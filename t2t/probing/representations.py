@@ -117,6 +117,9 @@ def load_encoder_params(encoder: nn.Module, path: str) -> tuple[Any, int]:
       have = checkpoint_num_states(saved)
       layers = f"its encoder has {', '.join(layer_names(have))}" if have else (
           "it has no encoder/layers_<i> parameters")
+      if any(name.startswith("encoder/layers/") for name in saved):
+        layers += (" (scanned layers, T5Config.scan_layers=True: probing needs the per-layer "
+                   "form, see t2t.models.transformer.unstack_layer_params)")
       missing = checkpoints.abbreviate(sorted(plan.reinitialised))
       raise ValueError(
           f"{where} does not fit the probed encoder ({type(encoder).__name__}): "

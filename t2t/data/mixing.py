@@ -1,8 +1,9 @@
 """Multi-task mixing rates (T5 §3.5.2; Wang et al.'s jiant sampling), usable as seqio Mixture rates.
 
 A seqio rate is a number or ``fn(task) -> float``; seqio normalises the rates of a mixture's tasks
-into sampling probabilities. Every strategy here is a pure function of a task's size N (examples
-in its training split) so it can also be computed without seqio (``mixing_proportions``):
+into sampling probabilities. Every strategy here is a pure function of the tasks' sizes N (examples
+in their training splits; UniMax needs all of them at once, the others only the task's own) so it
+can also be computed without seqio (``mixing_proportions``, ``unimax_proportions``):
 
 | strategy | rate of a task with N examples | constructor |
 |---|---|---|
@@ -10,6 +11,7 @@ in its training split) so it can also be computed without seqio (``mixing_propor
 | temperature T | min(N, K) ** (1 / T) | ``examples_proportional(maximum=K, temperature=T)`` |
 | equal | 1 | ``equal`` |
 | jiant f(N) | 1, N, log N, N ** a | ``jiant_rate("uniform" / "proportional" / "log" / "power", a)`` |
+| UniMax, budget B, N epochs | min(remaining / tasks left, N * N_i), smallest first | ``unimax(task_names, B, N)`` |
 
 A task with no countable size (an unlabeled corpus) gets an artificial size through
 ``num_examples={"c4_span_corruption": 710_000}`` (T5's final Small mixture). ``leave_one_out``
@@ -182,4 +184,105 @@ def multitask_mixture(name: str = gin.REQUIRED, task_names: Sequence[str] = gin.
     seqio.MixtureRegistry.remove(name)
     seqio.MixtureRegistry.add(name, list(task_names),
                               default_rate=examples_proportional(maximum, temperature))
+    return name
+
+
+def unimax_allocation(sizes: Mapping[str, float], budget: float,
+                      max_epochs: float = 1.0) -> dict[str, float]:
+    """UniMax budgets (Chung et al. 2023, "UniMax: Fairer and More Effective Language Sampling for
+    Large-Scale Multilingual Pretraining", §3, Algorithm 1).
+
+    The total ``budget`` is spread uniformly over the tasks, but no task gets more than
+    ``max_epochs`` passes over its data; what a small task cannot use is redistributed to the
+    larger ones. Tasks are visited from smallest to largest: the i-th of L gets
+    ``min(remaining / (L - i), max_epochs * N_i)`` and ``remaining`` shrinks by that amount.
+    Sizes and budget share one unit: the paper counts characters; t2t's tasks count examples
+    (give character counts through ``num_examples`` to follow the paper literally).
+
+    Example: sizes [10, 100, 1000], budget 600, 2 epochs -> 20 (capped at 2 x 10), 200 (its
+    share 580 / 2 = 290 exceeds 2 x 100) and the remaining 380.
+
+    Args:
+      sizes: N_i by task name.
+      budget: the total budget B (> 0), in the unit of ``sizes``.
+      max_epochs: the epoch cap N (> 0).
+
+    Returns:
+      ``{task name: U_i}``; sum U_i = B unless every task is capped (then it is sum N * N_i).
+    """
+    _check_positive("budget", budget)
+    _check_positive("max_epochs", max_epochs)
+    if not sizes:
+        raise ValueError("unimax needs at least one task size.")
+    for name, n in sizes.items():
+        if n < 0:
+            raise ValueError(f"unimax: task '{name}' has a negative size {n}.")
+    # Ties keep the given order (stable sort), so the result does not depend on dict hashing.
+    order = sorted(sizes, key=lambda name: sizes[name])
+    remaining, allocation = float(budget), {}
+    for i, name in enumerate(order):
+        share = remaining / (len(order) - i)
+        allocation[name] = min(share, max_epochs * float(sizes[name]))
+        remaining -= allocation[name]
+    return {name: allocation[name] for name in sizes}
+
+
+def unimax_proportions(sizes: Mapping[str, float], budget: float,
+                       max_epochs: float = 1.0) -> dict[str, float]:
+    """UniMax sampling probabilities: the ``unimax_allocation`` budgets normalised to sum to 1."""
+    allocation = unimax_allocation(sizes, budget, max_epochs)
+    total = sum(allocation.values())
+    if not total > 0:
+        raise ValueError(f"unimax: every task is empty (sizes {dict(sizes)}); nothing to sample.")
+    return {name: u / total for name, u in allocation.items()}
+
+
+def unimax(task_names: Sequence[str], budget: float, max_epochs: float = 1.0,
+           split: str = "train", num_examples: Mapping[str, float] | None = None) -> RateFn:
+    """Rate function ``task -> U_task`` for a seqio Mixture of ``task_names`` (UniMax, Algorithm 1).
+
+    UniMax needs every task's size at once, so the allocation over ``task_names`` is computed at
+    the first call (when seqio asks for the first rate) and reused; a task outside
+    ``task_names`` or without the split gets rate 0.
+    """
+    _check_positive("budget", budget)
+    _check_positive("max_epochs", max_epochs)
+    names = list(task_names)
+    if not names:
+        raise ValueError("unimax needs at least one task name.")
+    cache: dict[str, float] = {}
+
+    def rate(task: seqio.Task) -> float:
+        if not cache:
+            sizes = {}
+            for name in names:
+                member = registry.get_mixture_or_task(name)
+                if _has_split(member, split, num_examples):
+                    sizes[name] = task_size(member, split, num_examples)
+            if not sizes:
+                raise ValueError(f"unimax: none of {names} has split '{split}'.")
+            cache.update(unimax_allocation(sizes, budget, max_epochs))
+        return cache.get(task.name, 0.0)
+
+    return rate
+
+
+@gin.configurable
+def unimax_mixture(name: str = gin.REQUIRED, task_names: Sequence[str] = gin.REQUIRED,
+                   budget: float = gin.REQUIRED, max_epochs: float = 1.0,
+                   num_examples: Mapping[str, float] | None = None) -> str:
+    """Registers (replacing) mixture ``name`` of ``task_names`` at UniMax rates and returns its
+    name, for a gin value such as ``MIXTURE_OR_TASK_NAME = @unimax_mixture()``.
+
+    Gin: ``unimax_mixture.budget`` (in examples unless ``num_examples`` gives other units) and
+    ``unimax_mixture.max_epochs`` (the paper's N; it found 1-5 epochs best for small languages).
+    """
+    if not task_names:
+        raise ValueError(f"unimax_mixture '{name}' has no tasks.")
+    for task_name in task_names:
+        registry.get_mixture_or_task(task_name)  # a clear error naming an unknown task
+    seqio.MixtureRegistry.remove(name)
+    seqio.MixtureRegistry.add(name, list(task_names),
+                              default_rate=unimax(task_names, budget, max_epochs,
+                                                  num_examples=num_examples))
     return name

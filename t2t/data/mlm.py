@@ -11,9 +11,12 @@ With the BBC vocabulary (8,000 pieces + 100 extra ids) these are 8099, 8098 and 
 (`BBC_SPECIAL_IDS`). A sentence pair is encoded jointly as `[CLS] A [SEP] B [SEP]` with token
 types 0 up to and including the first [SEP], 1 after it (Devlin et al., §3).
 
-The objective (`bert_mlm`): T5's "BERT-style" row of Table 3 (T5 §3.3.1): 15% of the text tokens
-are corrupted, 90% of those become [MASK] and 10% a random token; Devlin et al.'s original 80/10/10
-(10% left unchanged but still predicted) is `keep_token_rate=0.1`. Unlike t2t's text-to-text
+The objective (`bert_mlm`): BERT's masked LM as the reference `create_pretraining_data.py` draws
+it (Devlin et al., §3.1 and Appendix A.1): 15% of the text tokens are corrupted, 80% of those
+become [MASK], 10% a random token drawn uniformly from the WHOLE vocabulary (`bert_random_token_range`:
+every id but 0, special ids and sentinels included, as the reference draws from all of
+`vocab_words`), and 10% stay unchanged but are still predicted. T5's "BERT-style" row of Table 3
+(90% [MASK], 10% random, nothing kept) is `keep_token_rate=0.0`. Unlike t2t's text-to-text
 `bert_style`, which returns the whole original text as targets, `bert_mlm` returns *aligned sparse*
 targets: the original token at each corrupted position and 0 elsewhere (BERT's masked_lm_labels).
 So the loss weights are exactly the corrupted positions (`targets > 0`), including random-swapped
@@ -58,6 +61,22 @@ def bert_special_ids(vocabulary: seqio.Vocabulary) -> BertSpecialIds:
 BBC_SPECIAL_IDS = BertSpecialIds(cls=8098, sep=8097, mask=8099)
 
 
+def bert_random_token_range(vocabulary: seqio.Vocabulary) -> tuple[int, int]:
+  """[low, high) of BERT's random replacement ids: the whole vocabulary but id 0.
+
+  The reference BERT draws `vocab_words[randint(0, len(vocab_words) - 1)]`, i.e. any id, [PAD],
+  [CLS], [SEP], [MASK] and [unused] ones included. Here every id from 1 (EOS/UNK, the sentinels
+  and thus [CLS]/[SEP]/[MASK] included) to `vocab_size - 1` may be drawn; only 0 is left out,
+  because in t2t 0 *is* padding (the encoder masks it out of attention and seqio's packing cuts
+  at it), whereas BERT keeps a separate input mask. That changes a draw's probability by 1/V.
+  (`t2t.data.noise.random_token_range`, used by the text-to-text `bert_style` objective, keeps
+  to ordinary pieces instead.)
+  """
+  if vocabulary.vocab_size < 2:
+    raise ValueError(f"the vocabulary has {vocabulary.vocab_size} ids; BERT needs ids besides 0.")
+  return 1, vocabulary.vocab_size
+
+
 def corrupt_tokens(tokens: tf.Tensor, noise_mask: tf.Tensor, draws: tf.Tensor,
                    random_tokens: tf.Tensor, mask_id: int, random_token_rate: float,
                    keep_token_rate: float) -> tuple[tf.Tensor, tf.Tensor]:
@@ -94,7 +113,7 @@ def bert_mlm(
     output_features: OutputFeatures,
     noise_density: float = 0.15,
     random_token_rate: float = 0.1,
-    keep_token_rate: float = 0.0,
+    keep_token_rate: float = 0.1,
     merge_examples_to_reduce_padding: bool = True,
 ) -> tf.data.Dataset:
   """BERT's masked-LM examples from documents in `targets` (after `seqio.preprocessors.tokenize`).
@@ -102,6 +121,8 @@ def bert_mlm(
   Documents are cut (and, with `merge_examples_to_reduce_padding`, concatenated) into segments of
   `sequence_length['inputs'] - 2` tokens; each token is corrupted independently with probability
   `noise_density` (as `t2t.data.noise.iid_noise_mask`); then [CLS] and [SEP] are added.
+  Defaults are BERT's: 15% corrupted, 80% [MASK] / 10% random (`bert_random_token_range`) /
+  10% kept; `keep_token_rate=0.0` gives T5's BERT-style 90/10.
   Do not append EOS afterwards (give the features `add_eos=False`).
 
   Returns:
@@ -119,7 +140,7 @@ def bert_mlm(
                      f"got {length}.")
   vocabulary = output_features["targets"].vocabulary
   ids = bert_special_ids(vocabulary)
-  low, high = noise.random_token_range(vocabulary)
+  low, high = bert_random_token_range(vocabulary)
   dataset = corpus.segments(dataset, length - 2, merge_examples_to_reduce_padding)
 
   @seqio.map_over_dataset(num_seeds=3)

@@ -7,8 +7,6 @@ by question, SQuAD and ReCoRD score against every gold answer, WSC compares with
 """
 from __future__ import annotations
 
-import re
-import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -112,35 +110,46 @@ def record(output: str, example: Mapping[str, Any] | None = None,
     return as_text(output).strip()
 
 
-# Words ignored when comparing a WSC prediction with the candidate: the paper ignores articles;
-# possessive and demonstrative determiners are equally uninformative about the referent.
-_WSC_IGNORED = frozenset(
-    "a an the his her its their our my your this that these those".split())
-_WSC_PUNCTUATION = re.compile(f"[{re.escape(string.punctuation.replace(chr(39), ''))}]")
+# T5's `wsc_simple` postprocessor (t5/data/postprocessors.py, the rule of T5 Appendix B's WSC
+# format): determiners ignored when comparing the predicted referent with the candidate.
+WSC_DETERMINERS = frozenset(
+    "a an few her his each every many much my our some that the their these this those which "
+    "whose your".split())
 
 
-def _wsc_words(text: str) -> set[str]:
-    text = _WSC_PUNCTUATION.sub(" ", text.lower())
-    return {w for w in text.split() if w not in _WSC_IGNORED}
+def _wsc_clean(text: str) -> str:
+    """T5's cleaning: strip, lowercase, drop determiners (words split on single spaces)."""
+    return " ".join(w for w in text.strip().lower().split(" ") if w not in WSC_DETERMINERS)
 
 
 def wsc_referent_matches(prediction: str, candidate: str) -> bool:
-    """T5's WSC rule: the prediction's words are a subset of the candidate's, or vice versa.
+    """T5's WSC rule (``wsc_simple``): after ``_wsc_clean``, the prediction's set of words is a
+    subset of the candidate's, or vice versa ("fuzzy bunny" vs "bunny" match).
 
-    Case, punctuation and articles/determiners are ignored; an empty prediction never matches.
+    As in T5: case and determiners are ignored, punctuation is not ("stable." is not "stable");
+    when exactly one side contains an apostrophe it never matches ("Bob" vs "Bob's hat"); and
+    an empty prediction never matches.
     """
-    predicted, referent = _wsc_words(prediction), _wsc_words(candidate)
-    if not predicted or not referent:
+    predicted, referent = _wsc_clean(prediction), _wsc_clean(candidate)
+    if not predicted:
         return False
-    return predicted <= referent or referent <= predicted
+    if ("'" in predicted) != ("'" in referent):
+        return False
+    predicted_words, referent_words = set(predicted.split(" ")), set(referent.split(" "))
+    return predicted_words <= referent_words or referent_words <= predicted_words
 
 
 def wsc(output: str, example: Mapping[str, Any] | None = None, is_target: bool = False) -> str:
     """"True"/"False": targets from the example's label; predictions by comparing the predicted
     referent with the candidate noun phrase (the pretokenized target), see ``wsc_referent_matches``.
+
+    An empty prediction is ``INVALID_LABEL`` (T5 returns -1 for it), so it is wrong whatever the
+    label, instead of spuriously matching a "False" example.
     """
     if is_target:
         label = int(_feature(example, "label", "wsc"))
         return "True" if label == 1 else "False"
     candidate = as_text(_feature(example, "targets_pretokenized", "wsc"))
+    if not _wsc_clean(as_text(output)):
+        return INVALID_LABEL
     return "True" if wsc_referent_matches(as_text(output), candidate) else "False"

@@ -1,4 +1,5 @@
 """Metric functions checked against values worked out by hand."""
+import numpy as np
 import pytest
 
 from t2t.data import metrics
@@ -113,6 +114,25 @@ def test_rouge_by_hand():
     assert result["rouge1"] == pytest.approx(100 * 2 / 3)
     assert result["rouge2"] == pytest.approx(50.0)
     assert result["rougeL"] == pytest.approx(100 * 2 / 3)
+
+
+def test_rouge_is_t5s_no_stemming_bootstrap_mid_and_lsum_sentences():
+    # No stemming (T5 uses rouge-score's default): "cats" does not match "cat".
+    assert metrics.rouge(["the cat sat"], ["the cats sat"])["rouge1"] == pytest.approx(100 * 2 / 3)
+    # rougeLsum splits sentences at " . ": target sentences "a b ." / "c d", prediction "c d ." /
+    # "a b" -> the union LCS with each reference sentence covers a b and c d: recall 4/4
+    # (punctuation is dropped by the tokenizer), precision 4/4; plain rougeL only gets LCS 2 of 4.
+    result = metrics.rouge(["a b . c d"], ["c d . a b"])
+    assert result["rougeLsum"] == pytest.approx(100.0)
+    assert result["rougeL"] == pytest.approx(50.0)
+    # Aggregation: the median of 1,000 bootstrap means, seeded -> reproducible and near the mean.
+    targets, predictions = ["a b", "a b", "a b", "a b"], ["a b", "a x", "x y", "a b"]
+    first = metrics.rouge(targets, predictions)
+    assert first == metrics.rouge(targets, predictions)
+    assert first["rouge1"] == pytest.approx(100 * (1 + 0.5 + 0 + 1) / 4, abs=3.0)
+    state = np.random.get_state()
+    metrics.rouge(targets, predictions)
+    assert np.array_equal(np.random.get_state()[1], state[1])  # the global state is untouched
 
 
 def test_bleu_exp_smoothing_by_hand():

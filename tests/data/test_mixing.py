@@ -53,6 +53,8 @@ def _expected(rates) -> np.ndarray:
     (mixing.jiant_rate("power", exponent=0.5), _expected([10 ** 0.5, 100 ** 0.5, 1000 ** 0.5])),
     # An artificial size for the "unlabeled" large task overrides its real size.
     (mixing.examples_proportional(num_examples={"mix_test_large": 50}), _expected([10, 100, 50])),
+    # UniMax, B = 600, 2 epochs: 20 (capped), 200 (capped: 580 / 2 > 2 x 100), the rest 380.
+    (mixing.unimax(list(SIZES), budget=600, max_epochs=2), _expected([20, 200, 380])),
 ])
 def test_seqio_mixture_samples_tasks_at_the_formula_rates(rate, expected):
     counts = _empirical_frequencies(rate)
@@ -83,6 +85,39 @@ def test_jiant_weights_and_loss_scaling():
     assert weights == {"rte": pytest.approx(50 / (400_000 ** 0.5)), "mnli": 1.0}
     with pytest.raises(ValueError, match="unknown jiant sampling kind 'sqrt'"):
         mixing.jiant_rate("sqrt")
+
+
+def test_unimax_allocation_by_hand():
+    # Algorithm 1 of Chung et al. (2023), smallest task first, each capped at N epochs.
+    sizes = {"large": 1000, "small": 10, "medium": 100}
+    assert mixing.unimax_allocation(sizes, 600, max_epochs=2) == {
+        "large": 380.0, "small": 20.0, "medium": 200.0}
+    # With room for 2.9 epochs the two larger tasks split the leftover evenly: 580 / 2 each.
+    assert mixing.unimax_allocation({"a": 10, "b": 150, "c": 1000}, 600, max_epochs=2) == {
+        "a": 20.0, "b": 290.0, "c": 290.0}
+    # A budget below every cap is uniform; one above every cap stops at N epochs of each.
+    assert mixing.unimax_allocation(sizes, 30, max_epochs=1) == {"large": 10.0, "small": 10.0,
+                                                                "medium": 10.0}
+    assert mixing.unimax_allocation(sizes, 10 ** 6, max_epochs=3) == {
+        "large": 3000.0, "small": 30.0, "medium": 300.0}
+    proportions = mixing.unimax_proportions(sizes, 600, max_epochs=2)
+    assert proportions == {"large": pytest.approx(380 / 600), "small": pytest.approx(20 / 600),
+                           "medium": pytest.approx(200 / 600)}
+    with pytest.raises(ValueError, match="max_epochs must be > 0"):
+        mixing.unimax_allocation(sizes, 600, max_epochs=0)
+    with pytest.raises(ValueError, match="task 'b' has a negative size"):
+        mixing.unimax_allocation({"a": 1, "b": -1}, 600)
+
+
+def test_unimax_mixture_registers_unimax_rates():
+    _register_in_memory_tasks()
+    name = mixing.unimax_mixture(name="mix_test_unimax", task_names=list(SIZES), budget=600,
+                                 max_epochs=2)
+    mixture = seqio.get_mixture_or_task(name)
+    assert {t.name: mixture.get_rate(t) for t in mixture.tasks} == {
+        "mix_test_small": 20.0, "mix_test_medium": 200.0, "mix_test_large": 380.0}
+    with pytest.raises(ValueError, match="nope"):
+        mixing.unimax_mixture(name="x", task_names=["nope"], budget=1)
 
 
 def test_task_size_errors_and_tasks_without_the_split():

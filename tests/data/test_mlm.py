@@ -51,8 +51,8 @@ def test_bert_mlm_marks_exactly_the_corrupted_positions(vocab):
   docs, ds = _documents(vocab)
   features = mlm.mlm_output_features(vocab)
   with seqio.utils.map_seed_manager(7):
-    examples = list(mlm.bert_mlm(ds, {"inputs": 34, "targets": 34}, features,
-                                 keep_token_rate=0.1).as_numpy_iterator())
+    # The defaults: BERT's 15% corrupted, 80% [MASK] / 10% random / 10% kept.
+    examples = list(mlm.bert_mlm(ds, {"inputs": 34, "targets": 34}, features).as_numpy_iterator())
   original = np.concatenate(docs)
   position, counts = 0, {"mask": 0, "random": 0, "keep": 0, "noise": 0, "all": 0}
   for ex in examples:
@@ -77,6 +77,22 @@ def test_bert_mlm_marks_exactly_the_corrupted_positions(vocab):
   assert 0.72 < counts["mask"] / counts["noise"] < 0.88
   assert 0.05 < counts["keep"] / counts["noise"] < 0.16
   assert 0.05 < counts["random"] / counts["noise"] < 0.16
+
+
+def test_random_tokens_come_from_the_whole_vocabulary_but_padding(vocab):
+  # As the reference create_pretraining_data.py: any id may replace a token, sentinels and
+  # special ids included; only 0 (t2t's padding) is never drawn.
+  assert mlm.bert_random_token_range(vocab) == (1, vocab.vocab_size) == (1, 8100)
+  docs, ds = _documents(vocab)
+  with seqio.utils.map_seed_manager(3):
+    examples = list(mlm.bert_mlm(ds, {"inputs": 34, "targets": 34}, mlm.mlm_output_features(vocab),
+                                 noise_density=0.9, random_token_rate=1.0,
+                                 keep_token_rate=0.0).as_numpy_iterator())
+  drawn = np.concatenate([ex["inputs"][1:-1][ex["targets"][1:-1] > 0] for ex in examples])
+  assert len(drawn) > 1500 and drawn.min() >= 1 and drawn.max() < 8100
+  # ~1,900 uniform draws over 8,099 ids: some land among the 100 sentinels and below id 100
+  # (the ordinary-piece range [3, 8000) would give none of the former).
+  assert np.sum(drawn >= 8000) > 5 and np.sum(drawn < 100) > 5
 
 
 def test_bert_mlm_refuses_bad_settings(vocab):

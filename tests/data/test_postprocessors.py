@@ -56,14 +56,19 @@ def test_squad_and_record_targets_are_all_gold_answers():
 
 
 @pytest.mark.parametrize("prediction, candidate, expected", [
-    ("stable", "The stable", True),           # articles ignored
+    ("stable", "The stable", True),           # determiners ignored
     ("the city councilmen", "city councilmen", True),
     ("councilmen", "The city councilmen", True),  # prediction's words subset of candidate's
     ("the city councilmen of Paris", "city councilmen", True),  # or vice versa
+    ("fuzzy bunny", "his bunny", True),        # "his" is one of T5's determiners
     ("demonstrators", "The city councilmen", False),
-    ("Mark's", "Mark", False),                 # "mark's" is not the word "mark"
+    ("Mark's", "Mark", False),                 # apostrophe on one side only never matches
+    ("Bob", "Bob's hat", False),
+    ("bob's hat", "Bob's", True),             # apostrophes on both sides: the subset rule
     ("", "Mark", False),
-    ("The Stable.", "stable", True),           # case and punctuation ignored
+    ("the", "Mark", False),                    # nothing left after cleaning
+    ("THE STABLE", "stable", True),           # case ignored
+    ("The Stable.", "stable", False),         # punctuation is not (as in T5)
 ])
 def test_wsc_subset_rule(prediction, candidate, expected):
     assert pp.wsc_referent_matches(prediction, candidate) is expected
@@ -74,5 +79,8 @@ def test_wsc_postprocessor_turns_referents_into_labels():
     assert pp.wsc("", example, is_target=True) == "False"
     assert pp.wsc("demonstrators", example) == "True"
     assert pp.wsc("the councilmen", example) == "False"
+    # An empty prediction is invalid, not "False" (which would match this label-0 example).
+    assert pp.wsc("", example) == pp.INVALID_LABEL
+    assert pp.wsc("  the ", example) == pp.INVALID_LABEL
     with pytest.raises(ValueError, match="targets_pretokenized"):
         pp.wsc("x", {"label": 1})

@@ -222,7 +222,8 @@ def run_grid(root: str = gin.REQUIRED, cell_gin_files: Sequence[str] = gin.REQUI
   parallel = max_parallel or default_parallel()
   if dry_run:
     for (b, s), name in zip(cells, names):
-      reporting.announce(f"[{name}] $ {shlex.join(_cell_command(python, os.path.join(root, 'cells', name)))}")
+      command = _cell_command(python, os.path.join(root, "cells", name))
+      reporting.announce(f"[{name}] $ {shlex.join(command)}")
     return []
   os.makedirs(root, exist_ok=True)
   _claim_root(root, spec, gid, title)
@@ -292,7 +293,9 @@ def _schedule(todo: Sequence[tuple[str, str]], python: str, parallel: int, done_
         cmd = _cell_command(python, cell_dir)
         log.write("$ " + shlex.join(cmd) + "\n")
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        # Its own process group, so that stopping the grid stops the cell's train/eval too.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         running[name] = (proc, time.time(), log, cell_dir)
       for name in list(running):
         proc, t0, log, cell_dir = running[name]
@@ -319,10 +322,23 @@ def _schedule(todo: Sequence[tuple[str, str]], python: str, parallel: int, done_
         time.sleep(0.5)
   except BaseException:
     for proc, _, log, _ in running.values():  # only the cells this grid started
-      proc.terminate()
-      proc.wait()
+      _stop(proc)
       log.close()
     raise
+
+
+def _stop(proc: subprocess.Popen) -> None:
+  """Stops a cell and the train/eval processes it started (its process group)."""
+  import signal
+  try:
+    os.killpg(proc.pid, signal.SIGTERM)
+  except ProcessLookupError:
+    pass
+  try:
+    proc.wait(timeout=30)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _clock(seconds: float | None) -> str:
@@ -455,6 +471,9 @@ def main(argv: Iterable[str]) -> None:
   if fv.run_cell:
     run_cell(fv.run_cell)
     return
+  import signal
+  # `kill <grid pid>` stops the running cells too (the cleanup in _schedule).
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
   config.parse_gin(fv.gin_file, fv.gin_bindings, imports=("t2t.experiment",),
                    extra_search_paths=fv.gin_search_path)
   kwargs = {"max_parallel": fv.max_parallel} if fv.max_parallel else {}

@@ -310,14 +310,18 @@ def _schedule(todo: Sequence[tuple[str, str]], python: str, parallel: int, done_
         done += ok
         failed += not ok
         reporting.announce(f"[{name}] {'done' if ok else 'FAILED'} in {wall / 60:.1f} min")
-      remaining = len(pending) + len(running)
-      eta = (math.ceil(remaining / parallel) * sum(times) / len(times)) if times else None
-      line = (f"[grid] {done}/{total} done, {len(running)} running, {failed} failed, "
-              f"{len(pending)} queued, ETA {_clock(eta)}")
       now = time.time()
-      if line != last_line or now - last_print >= status_every_s:
-        reporting.announce(line + f"  (elapsed {_clock(now - start)})")
-        last_line, last_print = line, now
+      remaining = len(pending) + len(running)
+      eta = None
+      if times:  # whole cells left at the mean cell time, less what the running ones have done
+        mean = sum(times) / len(times)
+        ran = sum(min(now - r[1], mean) for r in running.values()) / parallel
+        eta = max(0.0, math.ceil(remaining / parallel) * mean - ran)
+      counts = (f"[grid] {done}/{total} done, {len(running)} running, {failed} failed, "
+                f"{len(pending)} queued")
+      if counts != last_line or now - last_print >= status_every_s:
+        reporting.announce(f"{counts}, ETA {_clock(eta)}  (elapsed {_clock(now - start)})")
+        last_line, last_print = counts, now
       if running:
         time.sleep(0.5)
   except BaseException:

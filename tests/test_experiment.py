@@ -3,7 +3,7 @@
 Most tests replace a cell's subprocess by a small fake (`fake_cell.py` below: it reads the
 cell's spec and writes the chain record t2t.phases would, or fails), so that scheduling,
 resuming, failure handling and the results table are tested in seconds; one test runs a real
-two-cell grid of t2t.phases chains (tiny T5, 2 steps) as a user would.
+one-cell grid (a t2t.phases chain, tiny T5, 2 steps) as a user would.
 """
 import csv
 import json
@@ -187,16 +187,31 @@ TINY = ["T5Config.d_model = 32", "T5Config.d_ff = 64", "T5Config.num_heads = 2",
         "TASK_FEATURE_LENGTHS = {'inputs': 32, 'targets': 4}"]
 
 
-def test_real_grid_of_phase_chains_from_the_command_line(tmp_path):
-  """INTERMEDIATE in {None, bbc_same_topic} x seed 0: the baseline cell skips its intermediate
-  phase (Phase.enabled), the other chains it into the target; a second invocation runs nothing."""
+def test_a_disabled_phase_is_skipped_and_the_next_starts_from_the_one_before(tmp_path, capfd):
+  from t2t import phases
+  chain = [phases.Phase(name="first", gin_files=["experiments/bbc_demo/finetune.gin"]),
+           phases.Phase(name="inter", gin_files=["experiments/bbc_demo/finetune.gin"],
+                        enabled=None),
+           phases.Phase(name="target", gin_files=["experiments/bbc_demo/finetune.gin"])]
+  records = phases.Runner(str(tmp_path), chain, dry_run=True).run()
+  assert records["inter"] == {"phase": "inter", "disabled": True}
+  err = capfd.readouterr().err
+  assert "[inter] disabled (Phase.enabled=None); skipping." in err
+  assert "[inter: train]" not in err
+  target_cmd = err[err.index("[target: train]"):]
+  assert f"--gin.INITIAL_CHECKPOINT_PATH={tmp_path / 'first'}" in target_cmd
+
+
+def test_real_grid_cell_from_the_command_line(tmp_path):
+  """One real cell of experiments/grids/stilts_cell.gin (INTERMEDIATE None: the baseline, whose
+  intermediate phase is skipped), run as a user would; a second invocation runs nothing."""
   grid_gin = tmp_path / "grid.gin"
   grid_gin.write_text(
       "import t2t.experiment\n"
       "run_grid.cell_gin_files = ['experiments/grids/stilts_cell.gin']\n"
-      "run_grid.axes = {'INTERMEDIATE': [None, 'bbc_same_topic']}\n"
+      "run_grid.axes = {'INTERMEDIATE': [None]}\n"
       "run_grid.seeds = [0]\n"
-      "run_grid.bindings = ['INTERMEDIATE_STEPS = 2', 'TARGET_STEPS = 2', 'TRAIN_EXAMPLES = 8']\n"
+      "run_grid.bindings = ['TARGET_STEPS = 2', 'TRAIN_EXAMPLES = 8']\n"
       f"run_grid.phase_bindings = {TINY!r}\n")
   env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
   env.pop("T2T_TRACEBACK", None)
@@ -205,20 +220,17 @@ def test_real_grid_of_phase_chains_from_the_command_line(tmp_path):
   start = time.time()
   out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stderr[-3000:]
-  assert "[grid] 2/2 done, 0 running, 0 failed" in out.stderr
-  rows = experiment.read_jsonl(str(tmp_path / "root" / "results.jsonl"))
-  assert [r["cell"] for r in rows] == ["INTERMEDIATE=none,seed=0",
-                                       "INTERMEDIATE=bbc_same_topic,seed=0"]
-  for r in rows:
-    metrics = json.loads((tmp_path / "root" / "cells" / r["cell"] / "phases" / "target" / "eval"
-                          / "metrics.json").read_text())["metrics"]
-    assert r["status"] == "ok" and r["metrics"]["bbc_topic/accuracy"] == pytest.approx(
-        metrics["bbc_topic"]["accuracy"])
-    assert 0 < r["wall_s"] < time.time() - start
-  base, stilts = (tmp_path / "root" / "cells" / r["cell"] / "phases" for r in rows)
-  assert not (base / "intermediate").exists() and (stilts / "intermediate" / "phase.json").exists()
-  target = json.loads((stilts / "target" / "phase.json").read_text())
-  assert target["initial_checkpoint"].startswith(str(stilts / "intermediate"))
-  assert "disabled (Phase.enabled=None)" in (base.parent / "log.txt").read_text()
+  assert "[grid] 1/1 done, 0 running, 0 failed" in out.stderr
+  row, = experiment.read_jsonl(str(tmp_path / "root" / "results.jsonl"))
+  cell = tmp_path / "root" / "cells" / "INTERMEDIATE=none,seed=0"
+  assert row["cell"] == cell.name and row["status"] == "ok"
+  metrics = json.loads((cell / "phases" / "target" / "eval" / "metrics.json").read_text())
+  assert row["metrics"]["bbc_topic/accuracy"] == pytest.approx(
+      metrics["metrics"]["bbc_topic"]["accuracy"])
+  assert set(row["metrics"]) == {"bbc_topic/accuracy", "bbc_topic/macro_f1"}
+  assert 0 < row["wall_s"] < time.time() - start
+  assert not (cell / "phases" / "intermediate").exists()
+  assert "disabled (Phase.enabled=None)" in (cell / "log.txt").read_text()
+  assert "--gin.LIMITED_TASK=bbc_topic" in (cell / "log.txt").read_text()
   again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert again.returncode == 0 and "2 done earlier, 0 to run" in again.stderr
+  assert again.returncode == 0 and "1 done earlier, 0 to run" in again.stderr

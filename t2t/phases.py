@@ -82,6 +82,9 @@ class Phase:
     seeds: restarts, one run per seed (see the module docstring); empty: one run. Without
       eval_gin_files nothing ranks the restarts, and the next phase starts from the first.
     metric: 'task/metric' that picks the best restart (default: the first in metrics.json).
+    enabled: a false value skips the phase (the next one starts from the phase before it). An
+      experiment grid binds it to a macro, e.g. `intermediate/Phase.enabled = %INTERMEDIATE`
+      with INTERMEDIATE = None for the cell without intermediate training (t2t.experiment).
   """
   name: str = gin.REQUIRED
   gin_files: Sequence[str] = ()
@@ -93,6 +96,7 @@ class Phase:
   eval_bindings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   seeds: Sequence[int] = ()
   metric: str | None = None
+  enabled: Any = True
 
 
 def _gin_value(value: Any) -> str:
@@ -198,6 +202,11 @@ class Runner:
     records: dict[str, Any] = {}
     previous: str | None = None
     for phase in self.phases:
+      if not phase.enabled:
+        reporting.announce(f"\n[{phase.name}] disabled (Phase.enabled={phase.enabled!r}); "
+                           "skipping.")
+        records[phase.name] = {"phase": phase.name, "disabled": True}
+        continue
       init = previous if phase.init_from == "previous" else phase.init_from
       phase_dir = os.path.join(self.root, phase.name)
       runs = ([_Run(phase, os.path.join(phase_dir, f"seed_{s}"), s) for s in phase.seeds]

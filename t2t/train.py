@@ -96,8 +96,12 @@ def train(*,
   stream_meta = input_state.run_meta(mixture_or_task_name, batch_size, task_feature_lengths,
                                      use_packing, use_cached_tasks)
   if latest is not None:
-    input_state.check_resumable(ckpt.read_meta(latest), stream_meta,
-                                os.path.join(model_dir, f"{checkpoints.STEP_PREFIX}_{latest}"))
+    try:
+      input_state.check_resumable(ckpt.read_meta(latest), stream_meta,
+                                  os.path.join(ckpt.model_dir, f"{checkpoints.STEP_PREFIX}_{latest}"))
+    except input_state.ResumeMismatchError:
+      ckpt.close()
+      raise
     params, opt_state, meta = ckpt.restore(latest, tr.params_abstract, tr.params_shardings,
                                            tr.opt_state_abstract, tr.opt_state_shardings)
     state = trainer_lib.TrainState(

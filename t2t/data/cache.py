@@ -10,11 +10,17 @@ point (random objectives such as span corruption stay online, so each epoch diff
 host reads its own subset of the shard files (`seqio.ShardInfo`), the same subset on every
 run, as long as there are at least as many shards as hosts (`--min_shards`).
 
-`cache_command` builds the job's command line; `check_cached` refuses, with the command to run,
-a task that has no cache point or whose cache is not found.
+`python -m t2t.data.cache` runs that job, flags unchanged, after one fix-up: Beam's TFRecord
+writer needs a CRC-32C function from python-snappy, google-crc32c or crcmod (the
+`apache-beam[tfrecord]` extra); when none is installed (as in t2t's venv) it falls back to
+TensorBoard's pure-Python CRC-32C, with a warning -- correct but slow, fine for small tasks on the
+DirectRunner. Remote workers (Dataflow, Flink, Spark) need one of those packages in their image.
+`cache_command` builds the command line; `check_cached` refuses, with the command to run, a task
+that has no cache point or whose cache is not found.
 """
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Sequence
 
@@ -38,6 +44,21 @@ def leaf_tasks(mixture_or_task_name: str) -> list[seqio.Task]:
   return [provider]
 
 
+def ensure_crc32c() -> str:
+  """Makes Beam's TFRecord writer work without its optional CRC-32C packages; returns which
+  implementation it will use ('native' or 'pure-python')."""
+  from apache_beam.io import tfrecordio
+  try:
+    tfrecordio._default_crc32c_fn(b"")  # pylint: disable=protected-access
+    return "native"
+  except RuntimeError:
+    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+    logging.warning("No python-snappy, google-crc32c or crcmod: TFRecord checksums use a slow "
+                    "pure-Python CRC-32C (install apache-beam[tfrecord] for speed).")
+    tfrecordio._default_crc32c_fn.fn = pywrap_tensorflow.crc32c  # pylint: disable=protected-access
+    return "pure-python"
+
+
 def cache_command(task_names: Sequence[str], output_cache_dir: str,
                   module_imports: Sequence[str] = ("tasks",), runner: str = "DirectRunner",
                   pipeline_options: Sequence[str] = (), min_shards: int = 64,
@@ -48,7 +69,7 @@ def cache_command(task_names: Sequence[str], output_cache_dir: str,
   `--runner` in seqio's comma-separated `--pipeline_options`.
   """
   options = ",".join([f"--runner={runner}", *pipeline_options])
-  return [python or sys.executable, "-m", "seqio.scripts.cache_tasks_main",
+  return [python or sys.executable, "-m", "t2t.data.cache",
           f"--tasks={','.join(task_names)}", f"--output_cache_dir={output_cache_dir}",
           *[f"--module_import={m}" for m in module_imports],
           f"--min_shards={min_shards}", f"--pipeline_options={options}"]
@@ -73,3 +94,15 @@ def check_cached(mixture_or_task_name: str, split: str = "train") -> None:
     if split not in task.splits:
       raise ValueError(f"The cache of task {task.name!r} at {task.cache_dir} has no split "
                        f"{split!r} (it has {list(task.splits)}).")
+
+
+def main() -> None:
+  """`python -m t2t.data.cache --tasks=... --output_cache_dir=... [seqio's cache flags]`."""
+  from absl import app
+  from seqio.scripts import cache_tasks_main
+  ensure_crc32c()
+  app.run(cache_tasks_main.main)
+
+
+if __name__ == "__main__":
+  main()

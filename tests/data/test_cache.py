@@ -4,6 +4,7 @@ The job runs as a user runs it (`python -m t2t.data.cache ...`, seqio's flags) i
 then `train()` with `use_cached_tasks=True` trains 2 steps while the raw source refuses to be
 read (T2T_TEST_NO_SOURCE=1), so the batches can only have come from the cache.
 """
+import importlib
 import json
 import os
 import subprocess
@@ -89,9 +90,10 @@ def test_training_reads_the_cache(cache_dir, tmp_path, monkeypatch):
 
 
 def test_uncacheable_or_uncached_tasks_are_clear_errors(tmp_path):
-  import tasks.bbc  # noqa: F401
+  importlib.import_module("tasks.bbc")  # registers the BBC tasks
   with pytest.raises(ValueError, match="'bbc_topic'.*has no cache point.*CacheDatasetPlaceholder"):
     cache.check_cached("bbc_topic")
+  assert seqio.get_mixture_or_task("bbc_span_corruption_cached").supports_caching
   registered = seqio.get_mixture_or_task(tiny_cached_task.TASK)
   seqio.TaskRegistry.remove("bbc_tiny_uncached")
   seqio.TaskRegistry.add("bbc_tiny_uncached", source=registered.source,

@@ -1,4 +1,6 @@
 """Tests for t2t/training/inputs.py: the deterministic, resumable training stream."""
+import importlib
+
 import numpy as np
 import pytest
 import seqio
@@ -55,7 +57,7 @@ MIXTURE = "resume_test_bbc_mix"
 
 
 def _bbc_stream(name, pack=True, seed=0):
-  import tasks.bbc  # noqa: F401  (registers the BBC tasks)
+  importlib.import_module("tasks.bbc")  # registers the BBC tasks
   if name == MIXTURE and MIXTURE not in seqio.MixtureRegistry.names():
     seqio.MixtureRegistry.add(MIXTURE, [("bbc_span_corruption", 1.0), ("bbc_topic", 1.0)])
   return inputs.train_batches(name, BBC_LENGTHS, seqio.EncDecFeatureConverter(pack=pack),

@@ -4,6 +4,7 @@ The smallest T5 (one layer each side, d_model 32) on the BBC data with packing a
 a task with span corruption's random preprocessors, and a mixture. The restart is a new
 `train()` call, which rebuilds the model, the optimizer and the input pipeline from MODEL_DIR.
 """
+import importlib
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ def _model():
 
 
 def _register():
-  import tasks.bbc  # noqa: F401  (registers the BBC tasks)
+  importlib.import_module("tasks.bbc")  # registers the BBC tasks
   if MIXTURE not in seqio.MixtureRegistry.names():
     seqio.MixtureRegistry.add(MIXTURE, [("bbc_span_corruption", 1.0), ("bbc_topic", 1.0)])
 

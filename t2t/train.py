@@ -6,7 +6,12 @@ Example (pre-train the tiny T5 on BBC span corruption):
     --gin.MIXTURE_OR_TASK_NAME=bbc_span_corruption --gin.TRAIN_STEPS=1000 \
     --gin.MODEL_DIR=/tmp/t2t/pretrain
 
-The run resumes from the latest checkpoint in MODEL_DIR; INITIAL_CHECKPOINT_PATH (fine-tuning)
+The run resumes from the latest checkpoint in MODEL_DIR, the input pipeline included: each host
+restores its iterator's saved position (t2t.training.input_state), so a resume costs the same at
+any step and sees exactly the batches of an uninterrupted run (checkpoints without that state
+replay the stream). It refuses a MODEL_DIR written with another mixture/task, batch size, feature
+lengths, packing, host count or USE_CACHED_TASKS. With `train.use_cached_tasks = True` the tasks
+are read from seqio's cache (t2t.data.cache; `train.cache_dirs`). INITIAL_CHECKPOINT_PATH (fine-tuning)
 loads parameters from another run when MODEL_DIR holds none yet -- all of them, or with
 `train.partial_restore = True` those whose path and shape match (the rest initialised fresh;
 `train.reinitialize = ['head/.*']` forces a fresh start for matching names). With
@@ -33,7 +38,9 @@ import optax
 from t2t import config
 from t2t.data import limited  # noqa: F401  (registers @limited_task for gin files)
 from t2t.data import registry
-from t2t.training import adaptation, checkpoints, inputs, optim, reporting, trainer as trainer_lib
+from t2t.data import cache as cache_lib
+from t2t.training import adaptation, checkpoints, input_state, inputs, optim, reporting
+from t2t.training import trainer as trainer_lib
 from t2t.training import validation as validation_lib
 from t2t.training.partitioning import Partitioner
 
@@ -57,16 +64,23 @@ def train(*,
           checkpoint_every: int = 1000,
           keep_checkpoints: int | None = 3,
           log_every: int = 10,
+          use_cached_tasks: bool = False,
+          cache_dirs: Sequence[str] = (),
           hooks: Sequence[trainer_lib.Hook] = ()) -> trainer_lib.TrainState:
   """Trains `model` on a seqio task or mixture until step `train_steps`; returns the state.
 
   Writes into `model_dir`: checkpoints every `checkpoint_every` steps and at the end,
   `config.gin`, TensorBoard events under `train/`, and `metrics.jsonl`. With `validation`:
   also `best/`, `validation/` events, `validation_state.json`, and `stopped.json` when the
-  schedule ends the run early.
+  schedule ends the run early; per checkpoint, each host's input position under
+  `checkpoint_<step>/input_state/`. `use_cached_tasks` reads the tasks from seqio's cache,
+  looked up in `cache_dirs` (and seqio's global cache dirs).
   """
   inputs.limit_tf_threads()
   registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), "train")
+  if use_cached_tasks:
+    cache_lib.add_cache_dirs(cache_dirs)
+    cache_lib.check_cached(mixture_or_task_name, "train")
   partitioner = partitioner or Partitioner()
   partitioner.check_batch_size(batch_size)
   converter = model.feature_converter_cls(pack=use_packing)
@@ -79,7 +93,15 @@ def train(*,
   ckpt = checkpoints.Checkpointer(model_dir, keep=keep_checkpoints)
   ckpt.check(tr.params_abstract)  # before anything in model_dir is touched
   latest = ckpt.latest_step()
+  stream_meta = input_state.run_meta(mixture_or_task_name, batch_size, task_feature_lengths,
+                                     use_packing, use_cached_tasks)
   if latest is not None:
+    try:
+      input_state.check_resumable(ckpt.read_meta(latest), stream_meta,
+                                  os.path.join(ckpt.model_dir, f"{checkpoints.STEP_PREFIX}_{latest}"))
+    except input_state.ResumeMismatchError:
+      ckpt.close()
+      raise
     params, opt_state, meta = ckpt.restore(latest, tr.params_abstract, tr.params_shardings,
                                            tr.opt_state_abstract, tr.opt_state_shardings)
     state = trainer_lib.TrainState(
@@ -102,8 +124,8 @@ def train(*,
   config.write_operative_config(model_dir)
 
   start = int(jax.device_get(state.step))
-  batches = inputs.train_batches(mixture_or_task_name, task_feature_lengths, converter,
-                                 batch_size, seed=seed, skip_batches=batches_consumed)
+  batches = _resumed_batches(model_dir, latest, batches_consumed, mixture_or_task_name,
+                             task_feature_lengths, converter, batch_size, seed, use_cached_tasks)
   writer = reporting.MetricsWriter(model_dir, "train")
   progress = reporting.Progress(start, train_steps, log_every=log_every)
 
@@ -114,13 +136,21 @@ def train(*,
                           "tokens_per_sec": speed["tokens_per_sec"]})
 
   last_saved = None
+  input_state_saveable = True
 
   def save(step, state):
-    nonlocal last_saved
+    nonlocal last_saved, input_state_saveable
     if step != last_saved:  # an early stop saves, perhaps at a step just checkpointed
       ckpt.save(step, state.params, state.opt_state,
-                {"batches_consumed": batches_consumed + step - start,
-                 "mixture_or_task_name": mixture_or_task_name})
+                {"batches_consumed": batches_consumed + step - start, **stream_meta})
+      if input_state_saveable:  # `step` batches drawn in all: the hooks run after each step
+        try:
+          input_state.save(batches, ckpt.model_dir, step)
+        except input_state.NotCheckpointableError as e:
+          input_state_saveable = False
+          reporting.announce(
+              f"The input pipeline of {mixture_or_task_name!r} cannot be checkpointed ({e}); "
+              "checkpoints hold no input state, so a resume will replay the stream.")
       last_saved = step
 
   def stop(step, state, reason):
@@ -157,6 +187,29 @@ def train(*,
 
 
 STOPPED = "stopped.json"
+
+
+def _resumed_batches(model_dir: str, latest: int | None, batches_consumed: int,
+                     mixture_or_task_name: str, task_feature_lengths: Mapping[str, int],
+                     converter: Any, batch_size: int, seed: int, use_cached: bool) -> Any:
+  """This host's training iterator, positioned after the `batches_consumed` batches.
+
+  From the input state saved with checkpoint `latest` when there is one; else by replaying the
+  stream (older checkpoints, or pipelines tf.data cannot save), which says so.
+  """
+  model_dir = os.path.abspath(model_dir)
+  restorable = latest is not None and input_state.exists(model_dir, latest)
+  if batches_consumed and not restorable:
+    reporting.announce(
+        f"Checkpoint {latest} in {model_dir} holds no input state for host "
+        f"{jax.process_index()}; replaying the input stream to skip {batches_consumed} batches "
+        "(this takes time in proportion to the step).")
+  batches = inputs.train_batches(mixture_or_task_name, task_feature_lengths, converter,
+                                 batch_size, seed=seed, use_cached=use_cached,
+                                 skip_batches=0 if restorable else batches_consumed)
+  if restorable:
+    input_state.restore(batches, model_dir, latest)
+  return batches
 
 
 def _stopped_at(model_dir: str, step: int) -> str | None:

@@ -2,6 +2,9 @@
 
 - `bbc_span_corruption`: T5 pre-training on the article text (`text` -> `targets`, then t2t's
   `span_corruption`); no metrics.
+- `bbc_span_corruption_cached`: the same with seqio's cache point after tokenization, for
+  seqio's Beam cache job (`python -m t2t.data.cache`, see t2t/data/cache.py) and training with
+  `USE_CACHED_TASKS = True`; span corruption stays after the cache, so it is drawn afresh.
 - `bbc_pretraining`: the same text under whichever objective gin names
   (`pretraining_objective.name = 'prefix_lm'`, default span corruption).
 - `bbc_topic`: "bbc topic: <article>" -> the category folder name (`business`, `entertainment`,
@@ -151,8 +154,8 @@ def _register(task: seqio.Task) -> None:
 
 
 def register_bbc_tasks() -> None:
-  """Registers `bbc_span_corruption`, `bbc_pretraining`, `bbc_topic`, `bbc_bert_mlm` and
-  `bbc_same_topic` (idempotent)."""
+  """Registers `bbc_span_corruption` (and `_cached`), `bbc_pretraining`, `bbc_topic`,
+  `bbc_bert_mlm` and `bbc_same_topic` (idempotent)."""
   features = _output_features()
   source = sources.bbc_source()
   _register(seqio.Task(
@@ -161,6 +164,19 @@ def register_bbc_tasks() -> None:
       preprocessors=[
           functools.partial(seqio.preprocessors.rekey, key_map={"targets": "text"}),
           seqio.preprocessors.tokenize,
+          objectives.span_corruption,
+          seqio.preprocessors.append_eos_after_trim,
+      ],
+      output_features=features,
+      metric_fns=[],
+  ))
+  _register(seqio.Task(
+      "bbc_span_corruption_cached",  # preprocessed once by seqio's Beam job (t2t.data.cache)
+      source=source,
+      preprocessors=[
+          functools.partial(seqio.preprocessors.rekey, key_map={"targets": "text"}),
+          seqio.preprocessors.tokenize,
+          seqio.CacheDatasetPlaceholder(),
           objectives.span_corruption,
           seqio.preprocessors.append_eos_after_trim,
       ],

@@ -1,13 +1,21 @@
 """Model-ready batches from seqio: a task or mixture through the model's feature converter.
 
 The training stream is deterministic given its seed (seqio seeds every random preprocessor and
-the shuffle from it), so resuming at step N is exact: rebuild the same stream and skip the N
-batches already consumed. Each host reads its own shard of the data (`seqio.ShardInfo`).
+the shuffle from it). A resume restores the iterator's saved position
+(`t2t.training.input_state`), so it never replays the stream; `skip_batches` (rebuild and skip
+the N batches already consumed) is the fallback for checkpoints without that state. With
+`use_cached` the tasks are read from seqio's cache (written by its Beam job, `t2t.data.cache`).
+Each host reads its own shard of the data (`seqio.ShardInfo`).
+
+tf.data's threads come from gin: `input_threads.threads = 'auto'` (the default) or a number; see
+`input_threads`.
 """
 from __future__ import annotations
 
+import os
 from typing import Iterator, Mapping
 
+import gin
 import jax
 import numpy as np
 import seqio
@@ -16,8 +24,35 @@ import tensorflow as tf
 from t2t.data import registry
 
 
-def limit_tf_threads(num_threads: int = 1) -> None:
-  """Keeps tf.data off the cores that JAX needs (both run in one process)."""
+@gin.configurable
+def input_threads(threads: int | str = "auto") -> int:
+  """How many threads tf.data may use (its private pool and TensorFlow's op pools).
+
+  'auto' is what the host can spare beside the training step, which runs in the same process:
+  with JAX on CPU the step wants every core, so the input pipeline gets a quarter of them
+  (at least 1: on a 2-core machine, 1); with an accelerator the host's cores mostly idle
+  while the step runs, so the input pipeline gets all but 2 (one dispatches steps, one is
+  left for the runtime and checkpointing). Cores are those this process may run on
+  (`os.sched_getaffinity`, which respects taskset and container CPU sets).
+  """
+  if threads == "auto":
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpus = cpus or 1
+    if jax.default_backend() == "cpu":
+      return max(1, cpus // 4)
+    return max(1, cpus - 2)
+  if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+    raise ValueError(f"input_threads.threads must be 'auto' or a positive integer, not "
+                     f"{threads!r} (gin binding `input_threads.threads`).")
+  return threads
+
+
+def limit_tf_threads(num_threads: int | None = None) -> None:
+  """Keeps tf.data off the cores that JAX needs (both run in one process).
+
+  `num_threads` defaults to `input_threads()` (gin).
+  """
+  num_threads = input_threads() if num_threads is None else num_threads
   try:
     tf.config.threading.set_inter_op_parallelism_threads(num_threads)
     tf.config.threading.set_intra_op_parallelism_threads(num_threads)
@@ -32,8 +67,18 @@ def limit_tf_threads(num_threads: int = 1) -> None:
 def train_batches(mixture_or_task_name: str, task_feature_lengths: Mapping[str, int],
                   feature_converter: seqio.FeatureConverter, batch_size: int, seed: int,
                   split: str = "train", skip_batches: int = 0,
-                  shuffle: bool = True) -> Iterator[dict[str, np.ndarray]]:
-  """An endless iterator of this host's share of each global batch, as numpy arrays."""
+                  shuffle: bool = True, use_cached: bool = False,
+                  num_threads: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """An endless iterator of this host's share of each global batch, as numpy arrays.
+
+  Each batch maps the feature converter's keys to [batch_size / hosts, length] arrays. The
+  iterator is tf.data's `as_numpy_iterator()`, which is trackable: `input_state.save` /
+  `restore` checkpoint its position (including the prefetch and shuffle buffers). With
+  `skip_batches` the stream instead starts after that many batches, by producing and
+  dropping them (the replay fallback; its cost grows with the number). `use_cached` reads
+  every task from seqio's cache (`t2t.data.cache`). `num_threads` defaults to
+  `input_threads()` (gin).
+  """
   # Clear errors for an unknown name, a missing split, or data that would have to be downloaded.
   registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), split)
   num_hosts = jax.process_count()
@@ -47,12 +92,14 @@ def train_batches(mixture_or_task_name: str, task_feature_lengths: Mapping[str, 
       seed=seed,
       shard_info=seqio.ShardInfo(index=jax.process_index(), num_shards=num_hosts),
       batch_size=batch_size // num_hosts,
+      use_cached=use_cached,
       verbose=False)
   if skip_batches:
     ds = ds.skip(skip_batches)
+  num_threads = input_threads() if num_threads is None else num_threads
   options = tf.data.Options()
-  options.threading.private_threadpool_size = 1
-  options.threading.max_intra_op_parallelism = 1
+  options.threading.private_threadpool_size = num_threads
+  options.threading.max_intra_op_parallelism = 1  # parallelism across elements, not within one
   ds = ds.with_options(options).prefetch(2)
   return ds.as_numpy_iterator()
 

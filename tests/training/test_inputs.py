@@ -1,9 +1,11 @@
 """Tests for t2t/training/inputs.py: the deterministic, resumable training stream."""
+import importlib
+
 import numpy as np
 import pytest
 import seqio
 
-from t2t.training import inputs
+from t2t.training import input_state, inputs
 from tests.training import toy
 
 
@@ -46,3 +48,102 @@ def test_count_tokens_counts_non_padding_inputs_and_targets():
            "decoder_target_tokens": np.array([[7, 1, 0, 0]]),
            "decoder_input_tokens": np.array([[0, 7, 1, 0]])}
   assert inputs.count_tokens(batch) == 5
+
+
+# --- Resume without replay: the iterator's position saved and restored (input_state) ---------
+
+BBC_LENGTHS = {"inputs": 32, "targets": 8}
+MIXTURE = "resume_test_bbc_mix"
+
+
+def _bbc_stream(name, pack=True, seed=0):
+  importlib.import_module("tasks.bbc")  # registers the BBC tasks
+  if name == MIXTURE and MIXTURE not in seqio.MixtureRegistry.names():
+    seqio.MixtureRegistry.add(MIXTURE, [("bbc_span_corruption", 1.0), ("bbc_topic", 1.0)])
+  return inputs.train_batches(name, BBC_LENGTHS, seqio.EncDecFeatureConverter(pack=pack),
+                              batch_size=2, seed=seed)
+
+
+def _take(it, n):
+  return [next(it) for _ in range(n)]
+
+
+def _assert_same_batches(got, want):
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert set(g) == set(w)
+    for k in w:
+      np.testing.assert_array_equal(g[k], w[k], err_msg=k)
+
+
+@pytest.mark.parametrize("name", ["bbc_span_corruption", MIXTURE])
+def test_restored_iterator_continues_exactly(tmp_path, name):
+  """Packing, a mixture and span corruption's random preprocessors, through the prefetch
+  buffer and `as_numpy_iterator`: after restoring the position saved at batch 7 a fresh
+  pipeline yields exactly batches 8-11 of the uninterrupted one."""
+  (tmp_path / "checkpoint_7").mkdir()
+  it = _bbc_stream(name)
+  _take(it, 7)  # by now the prefetch buffer holds batches 8 and 9
+  prefix = input_state.save(it, str(tmp_path), 7)
+  assert prefix == str(tmp_path / "checkpoint_7" / "input_state" / "process_0")
+  assert input_state.exists(str(tmp_path), 7) and not input_state.exists(str(tmp_path), 8)
+  want = _take(it, 4)
+  resumed = _bbc_stream(name)
+  input_state.restore(resumed, str(tmp_path), 7)
+  _assert_same_batches(_take(resumed, 4), want)
+  # And the replay fallback agrees with both.
+  _assert_same_batches(_take(inputs.train_batches(
+      name, BBC_LENGTHS, seqio.EncDecFeatureConverter(pack=True), 2, seed=0, skip_batches=7), 4),
+      want)
+
+
+def test_state_of_another_pipeline_is_a_clear_error(tmp_path):
+  (tmp_path / "checkpoint_3").mkdir()
+  it = _bbc_stream("bbc_span_corruption")
+  _take(it, 3)
+  input_state.save(it, str(tmp_path), 3)
+  other = _bbc_stream("bbc_span_corruption", pack=False)  # another pipeline structure
+  with pytest.raises(ValueError, match="does not fit the rebuilt input pipeline.*delete"):
+    input_state.restore(other, str(tmp_path), 3)
+
+
+def test_a_live_python_generator_cannot_be_saved_and_leaves_nothing(tmp_path):
+  import tensorflow as tf
+  (tmp_path / "checkpoint_1").mkdir()
+  ds = tf.data.Dataset.from_generator(lambda: iter(range(10**6)),
+                                      output_signature=tf.TensorSpec([], tf.int64))
+  it = ds.prefetch(2).as_numpy_iterator()
+  next(it)
+  with pytest.raises(input_state.NotCheckpointableError, match="stateful"):
+    input_state.save(it, str(tmp_path), 1)
+  assert not input_state.exists(str(tmp_path), 1)
+
+
+# --- Input threads from gin --------------------------------------------------------------------
+
+def test_input_threads_auto_and_explicit(monkeypatch):
+  monkeypatch.setattr(inputs.os, "sched_getaffinity", lambda pid: set(range(16)))
+  monkeypatch.setattr(inputs.jax, "default_backend", lambda: "cpu")
+  assert inputs.input_threads("auto") == 4  # a quarter of the cores beside a CPU step
+  monkeypatch.setattr(inputs.jax, "default_backend", lambda: "gpu")
+  assert inputs.input_threads("auto") == 14  # all but 2 beside an accelerator
+  monkeypatch.setattr(inputs.os, "sched_getaffinity", lambda pid: {0, 1})
+  assert inputs.input_threads("auto") == 1
+  monkeypatch.setattr(inputs.jax, "default_backend", lambda: "cpu")
+  assert inputs.input_threads("auto") == 1  # this 2-core machine
+  assert inputs.input_threads(3) == 3
+  for bad in (0, "many", 1.5):
+    with pytest.raises(ValueError, match="input_threads.threads must be 'auto' or a positive"):
+      inputs.input_threads(bad)
+
+
+def test_train_batches_reads_the_gin_thread_count():
+  import gin
+  with gin.unlock_config():
+    gin.bind_parameter("input_threads.threads", 3)
+  try:
+    it = _stream()
+    assert it._dataset.options().threading.private_threadpool_size == 3
+  finally:
+    gin.clear_config()
+  assert _stream()._dataset.options().threading.private_threadpool_size == inputs.input_threads()

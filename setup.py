@@ -52,7 +52,7 @@ EXTRAS = {
     # C4 cleaning's language filter (English with p >= 0.99), the detector C4 itself used.
     "c4": ["langdetect==1.0.9"],
     # seqio's Apache Beam cache job (DirectRunner here; Dataflow, Flink or Spark at scale).
-    "beam": ["apache-beam==2.77.0"],
+    "beam": ["apache-beam==2.77.0", "google-crc32c~=1.9"],  # crc32c: fast TFRecord checksums
 }
 EXTRAS["test"] = ["pytest~=9.2", "pytest-xdist~=3.8", "hypothesis~=6.170", *EXTRAS["demo"],
                   *EXTRAS["hf"], *EXTRAS["c4"], *EXTRAS["beam"]]

@@ -127,6 +127,9 @@ class DecoderOnlyTransformer(nn.Module):
     c = self.config
     if c.shared_encoder_decoder:
       raise ValueError('T5Config.shared_encoder_decoder has no meaning for a decoder-only model.')
+    if c.num_prompt_tokens:
+      raise ValueError('T5Config.num_prompt_tokens (prompt tuning) prepends vectors to the encoder '
+                       'input; a decoder-only model has no encoder. Use adapters or LoRA instead.')
     self.token_embedder = layers.Embed(num_embeddings=c.vocab_size, features=c.d_model,
                                        embedding_init=t5._normal(1.0), dtype=c.dtype,  # pylint: disable=protected-access
                                        param_dtype=c.param_dtype)

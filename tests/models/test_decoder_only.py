@@ -175,6 +175,8 @@ def test_errors():
     model.predict_batch(params, dict(batch, decoder_segment_ids=batch['decoder_input_tokens']))
   with pytest.raises(ValueError, match='DecoderOnlyTransformer'):
     do.DecoderOnlyModel(object(), VOCAB, VOCAB)
+  with pytest.raises(ValueError, match='num_prompt_tokens .* no encoder'):
+    _params(_model(True, num_prompt_tokens=2))
   with pytest.raises(ValueError, match='NUM_EMBEDDINGS'):
     do.DecoderOnlyModel(model.module, seqio.PassThroughVocabulary(100), VOCAB
                         ).get_initial_variables(jax.random.PRNGKey(0), {'decoder_input_tokens': (1, 4)})

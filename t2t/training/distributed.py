@@ -9,7 +9,7 @@ orbax saves checkpoints collectively. The rules the rest of t2t follows:
   `is_writer()`; the others skip those writes;
 * every process reads its own share of the data (`t2t.training.inputs`);
 * `sync(name)` is a barrier (e.g. process 0 computes metrics, the others wait);
-* `allgather_rows` / `broadcast_json` move results between processes.
+* `broadcast_json` shares process 0's result (e.g. eval metrics) with the others.
 
 With one process (the default) every helper is a no-op and `initialize()` does nothing.
 """
@@ -161,22 +161,6 @@ def sync(name: str) -> None:
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices(name)
-
-
-def allgather_rows(local: np.ndarray) -> np.ndarray:
-  """Every process's `local` [n_p, ...] concatenated in process order: [sum n_p, ...].
-
-  The row counts may differ between processes (each is padded to the largest for the transfer).
-  """
-  local = np.asarray(local)
-  if jax.process_count() == 1:
-    return local
-  from jax.experimental import multihost_utils
-  counts = np.asarray(multihost_utils.process_allgather(np.asarray(len(local), np.int32)))
-  padded = np.zeros((int(counts.max()), *local.shape[1:]), local.dtype)
-  padded[:len(local)] = local
-  gathered = np.asarray(multihost_utils.process_allgather(padded))  # [P, max, ...]
-  return np.concatenate([gathered[p, :int(n)] for p, n in enumerate(counts)])
 
 
 def broadcast_json(value: Any) -> Any:

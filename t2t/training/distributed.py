@@ -47,7 +47,18 @@ def detected_cluster() -> str | None:
   hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
   if "," in hosts or os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"):
     return "TPU pod"
+  if _on_cloud_tpu_vm():  # jax asks the VM's metadata server for the slice's workers
+    return "Cloud TPU"
   return None
+
+
+def _on_cloud_tpu_vm() -> bool:
+  """Whether this is a Cloud TPU VM (jax's own test: libtpu and TPU devices present)."""
+  try:
+    from jax._src.clusters import cloud_tpu_cluster  # pylint: disable=g-import-not-at-top
+  except ImportError:  # a jax without it: rely on the environment variables above
+    return False
+  return bool(getattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", False))
 
 
 def _wait_for_coordinator(address: str, timeout: float) -> None:

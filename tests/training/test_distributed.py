@@ -24,6 +24,7 @@ def calls(monkeypatch):
   """Records jax.distributed.initialize's arguments instead of joining anything."""
   for var in CLUSTER_VARS:
     monkeypatch.delenv(var, raising=False)
+  monkeypatch.setattr(distributed, "_on_cloud_tpu_vm", lambda: False)
   recorded = []
   monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: recorded.append(kw))
   monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
@@ -59,6 +60,13 @@ def test_cluster_jobs_are_detected_and_left_to_jax(calls, monkeypatch, env, kind
   if kind:  # auto_detect off: a lone process after all
     calls.clear()
     assert distributed.initialize(auto_detect=False) is False and calls == []
+
+
+def test_a_cloud_tpu_vm_is_left_to_jax(calls, monkeypatch):
+  monkeypatch.setattr(distributed, "_on_cloud_tpu_vm", lambda: True)
+  assert distributed.detected_cluster() == "Cloud TPU"
+  assert distributed.initialize() and calls == [{"local_device_ids": None,
+                                                 "initialization_timeout": 300}]
 
 
 def test_explicit_settings_reach_jax_on_process_0(calls):

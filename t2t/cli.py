@@ -1,11 +1,12 @@
 """Command-line plumbing shared by `t2t.train`, `t2t.eval` and `t2t.infer`.
 
 Flags: `--gin_file` (repeatable), `--gin_bindings` (repeatable), `--gin.X=V` shorthand,
-`--gin_search_path` (extra directories for gin files and includes). Multi-host runs:
-`--coordinator_address`, `--num_processes`, `--process_id` (or the gin bindings of
-`t2t.training.distributed.initialize`; nothing to set on TPU pods, SLURM or Open MPI). Errors that t2t raises for
-bad input (a gin macro left unset, an unknown task, an incompatible checkpoint, a missing file)
-are printed as one clear message instead of a traceback; set T2T_TRACEBACK=1 to see it.
+`--gin_search_path` (extra directories for gin files and includes). Multi-host runs (see
+docs/scaling.md): `--coordinator_address`, `--num_processes`, `--process_id`, or the gin
+bindings of `t2t.training.distributed.initialize`; nothing to set on TPU pods, SLURM or Open MPI.
+Errors that t2t raises for bad input (a gin macro left unset, an unknown task, an incompatible
+checkpoint, a missing file) are printed as one clear message instead of a traceback; set
+T2T_TRACEBACK=1 to see it.
 """
 from __future__ import annotations
 

@@ -138,8 +138,9 @@ def resolve_checkpoint(path: str) -> tuple[str, int]:
   path = os.fspath(resolved)
   if not resolved.is_dir():
     raise FileNotFoundError(f"Checkpoint path '{path}' does not exist.")
-  steps = sorted(int(d.name[len(STEP_PREFIX) + 1:]) for d in resolved.iterdir()
-                 if d.name.startswith(STEP_PREFIX + "_") and d.name[len(STEP_PREFIX) + 1:].isdigit())
+  prefix = STEP_PREFIX + "_"
+  steps = sorted(int(d.name[len(prefix):]) for d in resolved.iterdir()
+                 if d.name.startswith(prefix) and d.name[len(prefix):].isdigit())
   if not steps:
     raise FileNotFoundError(
         f"No checkpoint in '{path}': expected a model directory holding {STEP_PREFIX}_<step> "

@@ -1,9 +1,12 @@
 """Command-line plumbing shared by `t2t.train`, `t2t.eval` and `t2t.infer`.
 
 Flags: `--gin_file` (repeatable), `--gin_bindings` (repeatable), `--gin.X=V` shorthand,
-`--gin_search_path` (extra directories for gin files and includes). Errors that t2t raises for
-bad input (a gin macro left unset, an unknown task, an incompatible checkpoint, a missing file)
-are printed as one clear message instead of a traceback; set T2T_TRACEBACK=1 to see it.
+`--gin_search_path` (extra directories for gin files and includes). Multi-host runs (see
+docs/scaling.md): `--coordinator_address`, `--num_processes`, `--process_id`, or the gin
+bindings of `t2t.training.distributed.initialize`; nothing to set on TPU pods, SLURM or Open MPI.
+Errors that t2t raises for bad input (a gin macro left unset, an unknown task, an incompatible
+checkpoint, a missing file) are printed as one clear message instead of a traceback; set
+T2T_TRACEBACK=1 to see it.
 """
 from __future__ import annotations
 
@@ -19,12 +22,34 @@ FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", [], "Gin files to parse, in order.")
 flags.DEFINE_multi_string("gin_bindings", [], "Individual gin bindings, e.g. 'TRAIN_STEPS = 10'.")
 flags.DEFINE_multi_string("gin_search_path", [], "Extra directories to search for gin files.")
+flags.DEFINE_string("coordinator_address", None,
+                    "Multi-host: host:port of process 0's coordinator (jax.distributed).")
+flags.DEFINE_integer("num_processes", None, "Multi-host: how many processes the run has.")
+flags.DEFINE_integer("process_id", None, "Multi-host: this process's index, 0 .. N - 1.")
+
+DISTRIBUTED_FLAGS = ("coordinator_address", "num_processes", "process_id")
+
+# Set when `run` has parsed gin already (to start jax.distributed before main); the entry point's
+# own `parse_flags_into_gin()` call then has nothing to do.
+_parsed_by_run = False
 
 
 def parse_flags_into_gin() -> None:
+  global _parsed_by_run
+  if _parsed_by_run:
+    _parsed_by_run = False
+    return
   from t2t import config
   config.parse_gin(FLAGS.gin_file, FLAGS.gin_bindings,
                    extra_search_paths=FLAGS.gin_search_path)
+
+
+def start_distributed() -> bool:
+  """Joins a multi-host run (flags override gin's `initialize.*`); a no-op for one process."""
+  from t2t.training import distributed
+  overrides = {name: getattr(FLAGS, name) for name in DISTRIBUTED_FLAGS
+               if getattr(FLAGS, name) is not None}
+  return distributed.initialize(**overrides)
 
 
 # Markers of the checks t2t runs inside tf.data pipelines (tf.debugging assertions): the
@@ -41,8 +66,17 @@ def data_check_message(e: BaseException) -> str | None:
   return " ".join(part.strip("[] ") for part in first.split("] [")).strip()
 
 
-def run(main: Callable[[Sequence[str]], None]) -> None:
-  """absl's app.run with `--gin.X=V` rewriting and readable errors for bad input."""
+# Entry points that may run on several hosts: gin is parsed and jax.distributed started before
+# their main (which then finds gin parsed).
+DISTRIBUTED_ENTRY_POINTS = ("t2t.train", "t2t.eval", "t2t.infer")
+
+
+def run(main: Callable[[Sequence[str]], None], distributed: bool = False) -> None:
+  """absl's app.run with `--gin.X=V` rewriting and readable errors for bad input.
+
+  With `distributed`, gin and flags are parsed first and `start_distributed()` joins the other
+  processes of a multi-host run before `main` (whose `parse_flags_into_gin()` is then a no-op).
+  """
   from t2t import config
   argv = config.rewrite_gin_args(sys.argv)
 
@@ -50,6 +84,12 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
     if not any(a.startswith(("--verbosity", "-v")) for a in argv):
       logging.set_verbosity(logging.WARNING)  # library chatter off; progress is printed
     try:
+      if distributed:
+        global _parsed_by_run
+        # Gin and flags first, then jax.distributed, before the entry point touches a device.
+        parse_flags_into_gin()
+        _parsed_by_run = True
+        start_distributed()
       main(args)
     except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, ImportError) as e:
       if os.environ.get("T2T_TRACEBACK"):
@@ -69,5 +109,5 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
 def run_module(name: str) -> None:
   """Imports entry-point module `name` and runs its `main` (then exits)."""
   import importlib
-  run(importlib.import_module(name).main)
+  run(importlib.import_module(name).main, distributed=name in DISTRIBUTED_ENTRY_POINTS)
   sys.exit(0)

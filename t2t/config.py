@@ -26,6 +26,7 @@ DEFAULT_GIN_IMPORTS = (
     "t2t.data.mixing",
     "t2t.data.vocabularies",
     "t2t.models.api",
+    "t2t.training.distributed",
     "t2t.training.optim",
     "t2t.training.partitioning",
     "tasks",
@@ -185,9 +186,14 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
 
 
 def write_operative_config(directory: str, name: str = "config.gin") -> str:
-  """Writes the operative gin config (what the run actually used) into `directory`."""
-  os.makedirs(directory, exist_ok=True)
-  path = os.path.join(directory, name)
-  with open(path, "w") as f:
-    f.write(gin.operative_config_str())
-  return path
+  """Writes the operative gin config (what the run actually used) into `directory`.
+
+  `directory` may be a URL (gs://...). In a multi-host run only process 0 writes; every process
+  returns the path.
+  """
+  from t2t.training import distributed, paths
+  path = paths.resolve(directory) / name
+  if distributed.is_writer():
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(gin.operative_config_str())
+  return os.fspath(path)

@@ -6,7 +6,11 @@ r"""Evaluate one checkpoint on every task of a task or mixture: `python -m t2t.e
 
 Decodes greedily (seqio `Evaluator`), computes each task's metrics, and writes
 `EVAL_OUTPUT_DIR/metrics.json` plus `<task>.<split>.predictions.jsonl` (input, target,
-prediction per example).
+prediction per example). EVAL_OUTPUT_DIR and CHECKPOINT_PATH may be URLs (gs://...).
+
+On several hosts (run the same command on each; t2t.training.distributed) every host decodes its
+share of each batch, the predictions are gathered, and process 0 alone computes the metrics and
+writes the files; the others wait for it and return the same metrics.
 """
 from __future__ import annotations
 
@@ -20,14 +24,14 @@ import contextlib
 import json
 import os
 import traceback
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import gin
 import numpy as np
 import seqio
 
 from t2t.data import postprocessors, registry
-from t2t.training import inputs, reporting
+from t2t.training import distributed, inputs, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
 
@@ -74,10 +78,10 @@ def evaluate(*,
       reporting.announce(f"Evaluating {checkpoint_path} (step {predictor.step}) on "
                          f"{mixture_or_task_name}.")
       future, outputs = evaluator.evaluate(
-          compute_metrics=True, step=predictor.step, predict_fn=predictor.seqio_predict_fn,
-          score_fn=predictor.seqio_score_fn,
+          compute_metrics=distributed.is_writer(), step=predictor.step,
+          predict_fn=predictor.seqio_predict_fn, score_fn=predictor.seqio_score_fn,
           predict_with_aux_fn=predictor.seqio_predict_with_aux_fn)
-      task_metrics = future.result()
+      task_metrics = _shared_from_process_0(future.result)
     except ValueError as e:
       if isinstance(e.__cause__, BadTargetError):
         raise e.__cause__ from None
@@ -90,16 +94,38 @@ def evaluate(*,
     for task_name, failed in invalid.items():  # counted while the metrics were computed
       reporting.announce(f"{task_name}: {len(failed)} prediction(s) could not be postprocessed "
                          "and were counted as wrong.")
-    results = {task: {k: _scalar(v) for k, v in metrics.items()}
-               for task, metrics in task_metrics.items()}
-    os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "metrics.json"), "w") as f:
-      json.dump({"checkpoint": os.path.abspath(checkpoint_path), "step": predictor.step,
-                 "split": split, "metrics": results}, f, indent=2)
-    for task in evaluator.eval_tasks:
-      _write_predictions(task, evaluator.cached_task_datasets[task.name], outputs[task.name],
-                         os.path.join(output_dir, f"{task.name}.{split}.predictions.jsonl"))
-  return results
+    if distributed.is_writer():
+      out = paths.resolve(output_dir)
+      out.mkdir(parents=True, exist_ok=True)
+      (out / "metrics.json").write_text(json.dumps(
+          {"checkpoint": paths.to_str(checkpoint_path), "step": predictor.step, "split": split,
+           "metrics": task_metrics}, indent=2))
+      for task in evaluator.eval_tasks:
+        _write_predictions(task, evaluator.cached_task_datasets[task.name], outputs[task.name],
+                           out / f"{task.name}.{split}.predictions.jsonl")
+    distributed.sync("t2t.eval: files written")
+  return task_metrics
+
+
+def _shared_from_process_0(compute: Callable[[], Mapping[str, Any] | None]
+                           ) -> dict[str, dict[str, Any]]:
+  """Process 0's `compute()` ({task: {metric: value}}, plain numbers) on every process.
+
+  Only process 0 computes (the others' evaluator has no metrics to compute); an error there is
+  re-raised on process 0 and becomes a RuntimeError on the others instead of leaving them waiting.
+  """
+  if distributed.is_writer():
+    try:
+      results = {task: {k: _scalar(v) for k, v in metrics.items()}
+                 for task, metrics in compute().items()}
+    except BaseException as e:
+      distributed.broadcast_json({"error": f"{type(e).__name__}: {e}"})
+      raise
+    return distributed.broadcast_json({"results": results})["results"]
+  shared = distributed.broadcast_json(None)
+  if "error" in shared:
+    raise RuntimeError(f"Computing the metrics failed on process 0: {shared['error']}")
+  return shared["results"]
 
 
 def _check_tasks_to_evaluate(name: str, split: str, tasks: Sequence[seqio.Task],
@@ -202,7 +228,8 @@ def _text(example: Mapping[str, Any], feature: str, task: seqio.Task) -> str:
   return task.output_features[feature].vocabulary.decode([int(t) for t in example[feature]])
 
 
-def _write_predictions(task: seqio.Task, dataset, outputs: Mapping[Any, Any], path: str) -> None:
+def _write_predictions(task: seqio.Task, dataset, outputs: Mapping[Any, Any],
+                       path: str | os.PathLike) -> None:
   """One JSON line per example: inputs, target, and what the model produced for each metric
   type the task uses (decoded prediction and its postprocessed value, target score, aux)."""
   types = seqio.metrics.ModelOutputType
@@ -211,7 +238,7 @@ def _write_predictions(task: seqio.Task, dataset, outputs: Mapping[Any, Any], pa
     tokens, aux = outputs[types.PREDICTION_WITH_AUX]
   scores = outputs.get(types.SCORE)
   vocab = task.output_features["targets"].vocabulary
-  with open(path, "w") as f:
+  with paths.resolve(path).open("w") as f:
     for i, example in enumerate(dataset.as_numpy_iterator()):
       record = {"inputs": _text(example, "inputs", task) if "inputs" in example else None,
                 "target": _text(example, "targets", task)}

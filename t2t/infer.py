@@ -7,6 +7,8 @@ Either a task split or a text file of inputs (one per line):
     --gin.INPUT_FILE=my_inputs.txt
 
 writes `INFER_OUTPUT_DIR/<name>.jsonl`, one {"inputs", "prediction"[, "target"]} per line, in order.
+INPUT_FILE, CHECKPOINT_PATH and INFER_OUTPUT_DIR may be URLs (gs://...). On several hosts each
+decodes its share of every batch, the predictions are gathered, and process 0 writes the file.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import seqio
 import tensorflow as tf
 
 from t2t.data import registry
-from t2t.training import inputs, reporting
+from t2t.training import distributed, inputs, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
 
@@ -55,15 +57,17 @@ def infer(*,
   converter = model.feature_converter_cls(pack=False)
   lengths = dict(task_feature_lengths)
   if input_file is not None:
-    if not os.path.isfile(input_file):
+    source = paths.resolve(input_file)
+    if not source.is_file():
       raise FileNotFoundError(f"INPUT_FILE '{input_file}' does not exist.")
-    with open(input_file, encoding="utf-8") as f:
-      texts = [line.rstrip("\n") for line in f]
+    texts = [line.rstrip("\r") for line in source.read_text(encoding="utf-8").split("\n")]
+    if texts and texts[-1] == "":
+      texts.pop()  # the newline that ends the last line
     if num_examples is not None:
       texts = texts[:num_examples]
     task_ds = _text_dataset(texts, model.input_vocabulary, lengths["inputs"])
     records = [{"inputs": t} for t in texts]
-    name = os.path.splitext(os.path.basename(input_file))[0]
+    name = source.stem
     vocab = model.output_vocabulary
   else:
     task = registry.get_mixture_or_task(mixture_or_task_name)
@@ -81,13 +85,15 @@ def infer(*,
                      f"(step {predictor.step}).")
   tokens = predictor.predict(features)
 
-  os.makedirs(output_dir, exist_ok=True)
-  path = os.path.join(output_dir, f"{name}.jsonl")
-  with open(path, "w", encoding="utf-8") as f:
-    for record, ids in zip(records, tokens):
-      record["prediction"] = vocab.decode([int(t) for t in ids])
-      f.write(json.dumps(record, ensure_ascii=False) + "\n")
-  return path
+  path = paths.resolve(output_dir) / f"{name}.jsonl"
+  if distributed.is_writer():
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+      for record, ids in zip(records, tokens):
+        record["prediction"] = vocab.decode([int(t) for t in ids])
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+  distributed.sync("t2t.infer: predictions written")
+  return os.fspath(path)
 
 
 def _text_dataset(texts: Sequence[str], vocabulary: seqio.Vocabulary,

@@ -39,7 +39,8 @@ from t2t import config
 from t2t.data import limited  # noqa: F401  (registers @limited_task for gin files)
 from t2t.data import registry
 from t2t.data import cache as cache_lib
-from t2t.training import adaptation, checkpoints, input_state, inputs, optim, reporting
+from t2t.training import adaptation, checkpoints, distributed, input_state, inputs, optim, paths
+from t2t.training import reporting
 from t2t.training import trainer as trainer_lib
 from t2t.training import validation as validation_lib
 from t2t.training.partitioning import Partitioner
@@ -77,6 +78,7 @@ def train(*,
   looked up in `cache_dirs` (and seqio's global cache dirs).
   """
   inputs.limit_tf_threads()
+  model_dir = paths.to_str(model_dir)  # local paths absolute; URLs (gs://...) as given
   registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), "train")
   if use_cached_tasks:
     cache_lib.add_cache_dirs(cache_dirs)
@@ -155,8 +157,8 @@ def train(*,
 
   def stop(step, state, reason):
     save(step, state)
-    with open(os.path.join(model_dir, STOPPED), "w") as f:
-      json.dump({"step": step, "reason": reason}, f)
+    if distributed.is_writer():
+      (paths.resolve(model_dir) / STOPPED).write_text(json.dumps({"step": step, "reason": reason}))
     reporting.announce(f"Stopped at step {step}: {reason}.")
 
   validate = []
@@ -197,7 +199,7 @@ def _resumed_batches(model_dir: str, latest: int | None, batches_consumed: int,
   From the input state saved with checkpoint `latest` when there is one; else by replaying the
   stream (older checkpoints, or pipelines tf.data cannot save), which says so.
   """
-  model_dir = os.path.abspath(model_dir)
+  model_dir = paths.to_str(model_dir)
   restorable = latest is not None and input_state.exists(model_dir, latest)
   if batches_consumed and not restorable:
     reporting.announce(
@@ -214,11 +216,10 @@ def _resumed_batches(model_dir: str, latest: int | None, batches_consumed: int,
 
 def _stopped_at(model_dir: str, step: int) -> str | None:
   """The reason the run in `model_dir` stopped early at `step`, if it did."""
-  path = os.path.join(model_dir, STOPPED)
-  if not os.path.exists(path):
+  path = paths.resolve(model_dir) / STOPPED
+  if not path.exists():
     return None
-  with open(path) as f:
-    record = json.load(f)
+  record = json.loads(path.read_text())
   return record["reason"] if record.get("step") == step else None
 
 

@@ -52,3 +52,34 @@ def test_a_failed_data_check_inside_tf_data_is_one_line_other_tf_errors_keep_the
       tf.reshape(tf.zeros([3]), [2])
       """)
   assert other.returncode != 0 and "Traceback" in other.stderr and "InvalidArgumentError" in other.stderr
+
+
+def _run_distributed(args):
+  import os
+  code = textwrap.dedent("""
+      from t2t import cli, config
+      calls = []
+      parse = config.parse_gin
+      config.parse_gin = lambda *a, **k: (calls.append(1), parse(*a, **k))
+      def main(argv):
+        import gin, jax
+        cli.parse_flags_into_gin()  # what every entry point's main does: already done
+        print("main ran; parsed", len(calls), "time(s); SEED =", gin.query_parameter("%SEED"),
+              "; processes", jax.process_count())
+      cli.run(main, distributed=True)
+      """)
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env.pop("T2T_TRACEBACK", None)
+  return subprocess.run([sys.executable, "-c", code, "--gin_bindings=SEED = 7", *args],
+                        capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_entry_points_parse_gin_once_then_start_distributed_before_main():
+  out = _run_distributed([])
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "main ran; parsed 1 time(s); SEED = 7 ; processes 1" in out.stdout
+  bad = _run_distributed(["--coordinator_address=127.0.0.1:1234", "--num_processes=2",
+                          "--process_id=2"])
+  assert bad.returncode == 1 and "main ran" not in bad.stdout
+  assert "error: process_id=2 must be in 0 .. num_processes - 1 (num_processes=2)" in bad.stderr
+  assert "Traceback" not in bad.stderr

@@ -7,6 +7,12 @@ restored or overwritten. Parameters are a separate item so fine-tuning can load 
 Arrays are restored with the shardings the caller asks for, so a checkpoint written on one
 mesh loads onto another.
 
+MODEL_DIR and checkpoint paths may be URLs (gs://...; orbax writes them through tensorstore):
+they are used as given, never made "absolute"; `file://` URLs and relative paths become absolute
+local paths (t2t.training.paths). In a multi-host run every process calls `save` (orbax saves
+collectively, each host writing its shards; process 0 the metadata) and a checkpoint written by
+N processes restores in one.
+
 Starting a run from another run's checkpoint (`restore_params`) may be partial: parameters whose
 path and shape match are loaded, the model's new ones are initialised fresh, the checkpoint's
 extra ones are skipped, and name patterns force a fresh start (a new head per phase, as the
@@ -22,6 +28,8 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+from t2t.training import paths
 
 STEP_PREFIX = "checkpoint"
 
@@ -73,7 +81,7 @@ class Checkpointer:
   """Saves and restores training state in a model directory."""
 
   def __init__(self, model_dir: str, keep: int | None = 3):
-    self.model_dir = os.path.abspath(model_dir)
+    self.model_dir = paths.to_str(model_dir)
     self._manager = ocp.CheckpointManager(
         self.model_dir,
         item_names=("params", "opt_state", "meta"),
@@ -93,7 +101,7 @@ class Checkpointer:
     step = self.latest_step()
     if step is not None:
       check_compatible(self.read_meta(step)["param_shapes"], param_shapes(params_abstract),
-                       os.path.join(self.model_dir, f"{STEP_PREFIX}_{step}"))
+                       f"{self.model_dir.rstrip('/')}/{STEP_PREFIX}_{step}")
 
   def save(self, step: int, params: Any, opt_state: Any, meta: Mapping[str, Any]) -> None:
     meta = {**meta, "step": int(step), "param_shapes": param_shapes(params)}
@@ -119,15 +127,20 @@ class Checkpointer:
 
 
 def resolve_checkpoint(path: str) -> tuple[str, int]:
-  """(model_dir, step) for a model directory (its latest step) or a `checkpoint_<N>` dir."""
-  path = os.path.abspath(path)
-  base = os.path.basename(path.rstrip("/"))
+  """(model_dir, step) for a model directory (its latest step) or a `checkpoint_<N>` dir.
+
+  `path` may be a URL; the model_dir returned is a string (a URL stays a URL).
+  """
+  resolved = paths.resolve(path)
+  base = resolved.name
   if base.startswith(STEP_PREFIX + "_") and base[len(STEP_PREFIX) + 1:].isdigit():
-    return os.path.dirname(path), int(base[len(STEP_PREFIX) + 1:])
-  if not os.path.isdir(path):
+    return os.fspath(resolved.parent), int(base[len(STEP_PREFIX) + 1:])
+  path = os.fspath(resolved)
+  if not resolved.is_dir():
     raise FileNotFoundError(f"Checkpoint path '{path}' does not exist.")
-  steps = sorted(int(d[len(STEP_PREFIX) + 1:]) for d in os.listdir(path)
-                 if d.startswith(STEP_PREFIX + "_") and d[len(STEP_PREFIX) + 1:].isdigit())
+  prefix = STEP_PREFIX + "_"
+  steps = sorted(int(d.name[len(prefix):]) for d in resolved.iterdir()
+                 if d.name.startswith(prefix) and d.name[len(prefix):].isdigit())
   if not steps:
     raise FileNotFoundError(
         f"No checkpoint in '{path}': expected a model directory holding {STEP_PREFIX}_<step> "
@@ -147,7 +160,7 @@ def load_params(path: str, params_abstract: Any, params_shardings: Any) -> tuple
   try:
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     check_compatible(meta["param_shapes"], param_shapes(params_abstract),
-                     os.path.join(model_dir, f"{STEP_PREFIX}_{step}"))
+                     f"{model_dir.rstrip('/')}/{STEP_PREFIX}_{step}")
     params = manager.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(_abstract(params_abstract, params_shardings))))["params"]
   finally:
@@ -296,7 +309,7 @@ def restore_params(path: str, params_abstract: Any, params_shardings: Any,
   Returns (params, checkpoint step, plan).
   """
   model_dir, step = resolve_checkpoint(path)
-  where = os.path.join(model_dir, f"{STEP_PREFIX}_{step}")
+  where = f"{model_dir.rstrip('/')}/{STEP_PREFIX}_{step}"
   manager = ocp.CheckpointManager(
       model_dir, item_names=("params", "meta"),
       options=ocp.CheckpointManagerOptions(step_prefix=STEP_PREFIX, read_only=True))

@@ -5,7 +5,13 @@ the shuffle from it). A resume restores the iterator's saved position
 (`t2t.training.input_state`), so it never replays the stream; `skip_batches` (rebuild and skip
 the N batches already consumed) is the fallback for checkpoints without that state. With
 `use_cached` the tasks are read from seqio's cache (written by its Beam job, `t2t.data.cache`).
-Each host reads its own shard of the data (`seqio.ShardInfo`).
+
+Several hosts (`per_host_dataset`): by default every host builds the same global stream and keeps
+its rows of each global batch, so the global batch -- and the loss -- is the same whatever the
+number of hosts (exact, at the cost of every host reading and preprocessing all the data, N times
+the input work). `per_host_dataset.shard_source = True` instead gives each host its own shard of
+the source (`seqio.ShardInfo`; with the Beam cache, its own cache files): 1/N of the input work,
+for data too large to read N times, but the global batch then depends on the host count.
 
 tf.data's threads come from gin: `input_threads.threads = 'auto'` (the default) or a number; see
 `input_threads`.
@@ -81,19 +87,8 @@ def train_batches(mixture_or_task_name: str, task_feature_lengths: Mapping[str, 
   """
   # Clear errors for an unknown name, a missing split, or data that would have to be downloaded.
   registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), split)
-  num_hosts = jax.process_count()
-  ds = seqio.get_dataset(
-      mixture_or_task_name,
-      task_feature_lengths=dict(task_feature_lengths),
-      feature_converter=feature_converter,
-      dataset_split=split,
-      shuffle=shuffle,
-      num_epochs=None,
-      seed=seed,
-      shard_info=seqio.ShardInfo(index=jax.process_index(), num_shards=num_hosts),
-      batch_size=batch_size // num_hosts,
-      use_cached=use_cached,
-      verbose=False)
+  ds = per_host_dataset(mixture_or_task_name, task_feature_lengths, feature_converter,
+                        batch_size, seed=seed, split=split, shuffle=shuffle, use_cached=use_cached)
   if skip_batches:
     ds = ds.skip(skip_batches)
   num_threads = input_threads() if num_threads is None else num_threads
@@ -102,6 +97,45 @@ def train_batches(mixture_or_task_name: str, task_feature_lengths: Mapping[str, 
   options.threading.max_intra_op_parallelism = 1  # parallelism across elements, not within one
   ds = ds.with_options(options).prefetch(2)
   return ds.as_numpy_iterator()
+
+
+@gin.configurable(denylist=["mixture_or_task_name", "task_feature_lengths", "feature_converter",
+                             "batch_size", "seed", "split", "shuffle"])
+def per_host_dataset(mixture_or_task_name: str, task_feature_lengths: Mapping[str, int],
+                     feature_converter: seqio.FeatureConverter, batch_size: int, seed: int,
+                     split: str = "train", shuffle: bool = True, shard_source: bool = False,
+                     use_cached: bool = False, process_index: int | None = None,
+                     process_count: int | None = None) -> tf.data.Dataset:
+  """This host's rows of each global batch of `batch_size`: batches of batch_size / N rows.
+
+  Default: the global stream (the same on every host) sliced to rows [p * B/N, (p + 1) * B/N),
+  the rows `Partitioner.shard_batch` (jax.make_array_from_process_local_data) places on host p's
+  devices. `shard_source`: host p reads source shard p of N instead. `process_index` and
+  `process_count` default to JAX's (given explicitly by tests). `use_cached` reads seqio's cache.
+  """
+  index = jax.process_index() if process_index is None else process_index
+  count = jax.process_count() if process_count is None else process_count
+  if batch_size % count:
+    raise ValueError(f"BATCH_SIZE={batch_size} must be divisible by the number of hosts "
+                     f"({count}).")
+  per_host = batch_size // count
+  ds = seqio.get_dataset(
+      mixture_or_task_name,
+      task_feature_lengths=dict(task_feature_lengths),
+      feature_converter=feature_converter,
+      dataset_split=split,
+      shuffle=shuffle,
+      num_epochs=None,
+      seed=seed,
+      shard_info=seqio.ShardInfo(index=index if shard_source else 0,
+                                 num_shards=count if shard_source else 1),
+      batch_size=per_host if shard_source else batch_size,
+      use_cached=use_cached,
+      verbose=False)
+  if shard_source or count == 1:
+    return ds
+  lo, hi = index * per_host, (index + 1) * per_host
+  return ds.map(lambda batch: {k: v[lo:hi] for k, v in batch.items()})
 
 
 def count_tokens(batch: Mapping[str, np.ndarray]) -> int:

@@ -7,6 +7,13 @@ holds its longest input (at least `MIN_BUCKET`), instead of every batch running 
 length: short inputs cost what they need, and there are at most log2(length / MIN_BUCKET) + 1
 shapes to compile. Cutting trailing padding changes no result (padding is masked out everywhere);
 results come back in the input order.
+
+On several hosts (jax.distributed) every host holds the same examples and forms the same global
+batches (so every host runs the same compiled shapes in the same order, as the collective
+computation requires); each host places only the rows its own devices hold
+(`jax.make_array_from_callback`), so each host's devices decode their share of every batch, and
+the outputs are gathered to every host (`process_allgather`) before they are returned. Callers
+(eval, infer) then compute metrics and write files on process 0 alone.
 """
 from __future__ import annotations
 
@@ -71,12 +78,28 @@ class Predictor:
         batch = _cut_to_bucket(batch, max(_input_length(ex) for ex in buffer))
       yield rows, batch
 
+  def _place(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+    """A global batch (the same on every host) on the mesh, split along the batch axis."""
+    if jax.process_count() == 1:
+      return self.partitioner.shard_batch(batch)
+    sharding = self.partitioner.data_sharding
+    return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
+            for k, v in batch.items()}
+
+  @staticmethod
+  def _fetch(array: jax.Array) -> np.ndarray:
+    """The whole of a (possibly multi-host) output array, as numpy on every host."""
+    if jax.process_count() == 1:
+      return np.asarray(jax.device_get(array))
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
   def predict(self, features: Iterable[Mapping[str, np.ndarray]]) -> list[np.ndarray]:
     """Decoded token ids per example, in order."""
     out: dict[int, np.ndarray] = {}
     for rows, batch in self._batches(features):
       with self.partitioner.activation_context():
-        tokens = jax.device_get(self._predict(self.params, self.partitioner.shard_batch(batch)))
+        tokens = self._fetch(self._predict(self.params, self._place(batch)))
       out.update((i, np.asarray(t)) for i, t in zip(rows, tokens))
     return [out[i] for i in range(len(out))]
 
@@ -85,7 +108,7 @@ class Predictor:
     out: dict[int, float] = {}
     for rows, batch in self._batches(features):
       with self.partitioner.activation_context():
-        scores = jax.device_get(self._score(self.params, self.partitioner.shard_batch(batch)))
+        scores = self._fetch(self._score(self.params, self._place(batch)))
       out.update((i, float(s)) for i, s in zip(rows, np.asarray(scores)))
     return [out[i] for i in range(len(out))]
 

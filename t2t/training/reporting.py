@@ -2,6 +2,9 @@
 
 On a terminal the bar shows step, loss, steps/s, tokens/s and ETA; when output is not a TTY
 (CI, a log file) the same facts are printed as plain lines every `log_every` steps.
+
+In a multi-host run only process 0 writes the files and prints (t2t.training.distributed); the
+directory may be a URL (gs://...), written through etils.epath.
 """
 from __future__ import annotations
 
@@ -13,23 +16,44 @@ from typing import Any, Mapping, TextIO
 
 from absl import logging
 
+from t2t.training import distributed, paths
+
 
 class MetricsWriter:
-  """Writes scalars to TensorBoard (`<dir>/<name>/`) and appends them to `<dir>/metrics.jsonl`."""
+  """Writes scalars to TensorBoard (`<dir>/<name>/`) and appends them to `<dir>/metrics.jsonl`.
+
+  Only process 0 writes (elsewhere `write` is a no-op). A local file is appended to; a remote
+  one (object stores cannot append) is rewritten whole on each `write`, its earlier lines kept.
+  """
 
   def __init__(self, directory: str, name: str = "train", enable_tensorboard: bool = True):
-    os.makedirs(directory, exist_ok=True)
-    self.jsonl_path = os.path.join(directory, "metrics.jsonl")
+    root = paths.resolve(directory)
+    self.jsonl_path = os.fspath(root / "metrics.jsonl")
     self._name = name
     self._tb = None
+    self._enabled = distributed.is_writer()
+    self._remote = paths.is_url(root)
+    self._lines: list[str] = []
+    if not self._enabled:
+      return
+    root.mkdir(parents=True, exist_ok=True)
+    if self._remote and (root / "metrics.jsonl").exists():
+      self._lines = (root / "metrics.jsonl").read_text().splitlines(keepends=True)
     if enable_tensorboard:
       from clu import metric_writers
-      self._tb = metric_writers.SummaryWriter(os.path.join(directory, name))
+      self._tb = metric_writers.SummaryWriter(os.fspath(root / name))
 
   def write(self, step: int, scalars: Mapping[str, float]) -> None:
+    if not self._enabled:
+      return
     scalars = {k: float(v) for k, v in scalars.items()}
-    with open(self.jsonl_path, "a") as f:
-      f.write(json.dumps({"step": int(step), "split": self._name, **scalars}) + "\n")
+    line = json.dumps({"step": int(step), "split": self._name, **scalars}) + "\n"
+    if self._remote:
+      self._lines.append(line)
+      paths.resolve(self.jsonl_path).write_text("".join(self._lines))
+    else:
+      with open(self.jsonl_path, "a") as f:
+        f.write(line)
     if self._tb is not None:
       self._tb.write_scalars(int(step), scalars)
 
@@ -46,10 +70,11 @@ class Progress:
                stream: TextIO | None = None):
     self.start, self.total, self.log_every = start, total, max(1, log_every)
     self._stream = stream or sys.stderr
+    self._quiet = not distributed.is_writer()  # one bar per run, on process 0
     self._t0 = time.perf_counter()
     self._tokens = 0
     self._bar = None
-    if self._stream.isatty():
+    if self._stream.isatty() and not self._quiet:
       from tqdm import tqdm
       self._bar = tqdm(total=total, initial=start, desc=desc, unit="step", file=self._stream,
                        dynamic_ncols=True)
@@ -69,7 +94,8 @@ class Progress:
         self._bar.set_postfix(loss=f"{shown.get('loss', float('nan')):.4f}",
                               tok_s=f"{speed['tokens_per_sec']:.0f}", refresh=False)
       self._bar.refresh()
-    elif metrics is not None and (step % self.log_every == 0 or step == self.total):
+    elif (metrics is not None and not self._quiet
+          and (step % self.log_every == 0 or step == self.total)):
       line = (f"step {step}/{self.total}  loss {shown.get('loss', float('nan')):.4f}  "
               f"{speed['steps_per_sec']:.2f} steps/s  {speed['tokens_per_sec']:.0f} tokens/s  "
               f"ETA {_format_seconds(speed['eta_sec'])}")
@@ -90,6 +116,9 @@ def _format_seconds(seconds: float) -> str:
 
 
 def announce(message: str) -> None:
-  """A line the user should see whatever the log verbosity (resume, initialisation, eval)."""
-  print(message, file=sys.stderr, flush=True)
+  """A line the user should see whatever the log verbosity (resume, initialisation, eval).
+
+  Printed by process 0 only (logged on every process)."""
+  if distributed.is_writer():
+    print(message, file=sys.stderr, flush=True)
   logging.info(message)

@@ -147,3 +147,39 @@ def test_train_batches_reads_the_gin_thread_count():
   finally:
     gin.clear_config()
   assert _stream()._dataset.options().threading.private_threadpool_size == inputs.input_threads()
+
+
+# --- Several hosts: each keeps its rows of the global batch ------------------------------------
+
+def _hosts(count, batch_size=8, **kwargs):
+  converter = seqio.EncDecFeatureConverter(pack=True)
+  return [inputs.per_host_dataset(toy.TASK, toy.LENGTHS, converter, batch_size, seed=0,
+                                  process_index=p, process_count=count, **kwargs
+                                  ).as_numpy_iterator() for p in range(count)]
+
+
+def _rows(batch):
+  return {tuple(row) for row in batch["encoder_input_tokens"]}
+
+
+def test_hosts_keep_disjoint_rows_of_the_global_batch_whatever_their_number():
+  (one,), two = _hosts(1), _hosts(2)
+  for _ in range(2):
+    whole, first, second = next(one), next(two[0]), next(two[1])
+    assert first["encoder_input_tokens"].shape == (4, 16)
+    assert not _rows(first) & _rows(second)
+    for key in whole:  # host 0 holds rows 0-3, host 1 rows 4-7: the one-host batch
+      np.testing.assert_array_equal(np.concatenate([first[key], second[key]]), whole[key])
+
+
+def test_source_sharding_gives_each_host_its_own_shard():
+  (one,), two = _hosts(1), _hosts(2, shard_source=True)
+  whole, first, second = next(one), next(two[0]), next(two[1])
+  assert first["encoder_input_tokens"].shape == (4, 16)
+  assert not _rows(first) & _rows(second)
+  assert _rows(first) | _rows(second) != _rows(whole)  # the global batch depends on the hosts
+
+
+def test_batch_size_must_split_over_the_hosts():
+  with pytest.raises(ValueError, match="BATCH_SIZE=6 must be divisible by the number of hosts"):
+    _hosts(4, batch_size=6)

@@ -16,11 +16,12 @@ from typing import Any, Mapping, TextIO
 
 from absl import logging
 
-from t2t.training import distributed, paths
+from t2t.training import distributed, paths, wandb_writer
 
 
 class MetricsWriter:
-  """Writes scalars to TensorBoard (`<dir>/<name>/`) and appends them to `<dir>/metrics.jsonl`.
+  """Writes scalars to TensorBoard (`<dir>/<name>/`) and appends them to `<dir>/metrics.jsonl`
+  (and to Weights & Biases with `wandb_logging.enabled = True`, t2t.training.wandb_writer).
 
   Only process 0 writes (elsewhere `write` is a no-op). A local file is appended to; a remote
   one (object stores cannot append) is rewritten whole on each `write`, its earlier lines kept.
@@ -31,6 +32,7 @@ class MetricsWriter:
     self.jsonl_path = os.fspath(root / "metrics.jsonl")
     self._name = name
     self._tb = None
+    self._wandb = None
     self._enabled = distributed.is_writer()
     self._remote = paths.is_url(root)
     self._lines: list[str] = []
@@ -42,6 +44,7 @@ class MetricsWriter:
     if enable_tensorboard:
       from clu import metric_writers
       self._tb = metric_writers.SummaryWriter(os.fspath(root / name))
+    self._wandb = wandb_writer.wandb_logging(os.fspath(root), name)  # None unless gin enables it
 
   def write(self, step: int, scalars: Mapping[str, float]) -> None:
     if not self._enabled:
@@ -56,11 +59,15 @@ class MetricsWriter:
         f.write(line)
     if self._tb is not None:
       self._tb.write_scalars(int(step), scalars)
+    if self._wandb is not None:
+      self._wandb.write(step, scalars)
 
   def close(self) -> None:
     if self._tb is not None:
       self._tb.flush()
       self._tb.close()
+    if self._wandb is not None:
+      self._wandb.close()
 
 
 class Progress:

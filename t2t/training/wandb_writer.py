@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+import gin
+
 MODES = ("offline", "online", "disabled")
 
 
@@ -48,3 +50,16 @@ class WandbWriter:
     if self._run is not None:
       self._run.finish()
       self._run = None
+
+
+@gin.configurable
+def wandb_logging(directory: str, name: str, enabled: bool = False, project: str = "t2t",
+                  run_name: str | None = None, mode: str = "offline") -> WandbWriter | None:
+  """The run's wandb writer when `wandb_logging.enabled = True` (gin; off by default), else None.
+
+  `reporting.MetricsWriter` calls it, so one gin line turns wandb on for train, validation and
+  eval scalars alike: `--gin.wandb_logging.enabled=True` (offline unless `mode='online'`).
+  """
+  if not enabled:
+    return None
+  return WandbWriter(directory, name=name, project=project, run_name=run_name, mode=mode)

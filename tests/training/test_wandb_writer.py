@@ -58,3 +58,23 @@ def test_unknown_mode_is_refused(fake_wandb, tmp_path):
   with pytest.raises(ValueError, match="mode 'cloud'"):
     wandb_writer.WandbWriter(str(tmp_path), mode="cloud")
   assert not fake_wandb.runs
+
+
+def test_metrics_writer_logs_to_wandb_when_gin_enables_it(fake_wandb, tmp_path):
+  import gin
+  from t2t.training import reporting
+  off = reporting.MetricsWriter(str(tmp_path / "off"), "train", enable_tensorboard=False)
+  off.write(1, {"loss": 1.0})
+  off.close()
+  assert not fake_wandb.runs  # off by default
+  with gin.unlock_config():
+    gin.bind_parameter("wandb_logging.enabled", True)
+  try:
+    on = reporting.MetricsWriter(str(tmp_path / "on"), "validation", enable_tensorboard=False)
+    on.write(5, {"accuracy": 0.5})
+    on.close()
+  finally:
+    gin.clear_config()
+  run, = fake_wandb.runs
+  assert run.logged == [(5, {"validation/accuracy": 0.5})] and run.finished == 1
+  assert (tmp_path / "on" / "metrics.jsonl").read_text().count("\n") == 1  # the file still written

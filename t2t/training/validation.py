@@ -24,14 +24,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 from typing import Any, Callable, Mapping
 
 import gin
 import numpy as np
 import seqio
 
-from t2t.training import checkpoints, optim, reporting
+from t2t.training import checkpoints, distributed, optim, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.trainer import Control, TrainState
 
@@ -219,31 +218,42 @@ class ValidationHook:
       self._writer = reporting.MetricsWriter(self.model_dir, "validation")
     self._writer.write(record["step"], {**record["metrics"], "value": record["value"],
                                         "lr_scale": record["lr_scale"]})
-    path = os.path.join(self.model_dir, STATE_FILE)
-    with open(path + ".tmp", "w") as f:
-      json.dump({"metric": self.config.metric, "higher_is_better": self.config.higher_is_better,
-                 "best_step": self.plateau.best_step, "best": self.plateau.best,
-                 "history": self.history}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    if not distributed.is_writer():
+      return
+    path = paths.resolve(self.model_dir) / STATE_FILE
+    tmp = path.parent / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(
+        {"metric": self.config.metric, "higher_is_better": self.config.higher_is_better,
+         "best_step": self.plateau.best_step, "best": self.plateau.best,
+         "history": self.history}, indent=1))
+    tmp.replace(path)
 
 
 def _read_history(model_dir: str) -> list[dict[str, Any]]:
-  path = os.path.join(model_dir, STATE_FILE)
-  if not os.path.exists(path):
+  path = paths.resolve(model_dir) / STATE_FILE
+  if not path.exists():
     return []
-  with open(path) as f:
-    return list(json.load(f)["history"])
+  return list(json.loads(path.read_text())["history"])
 
 
 def _save_best(best_dir: str, step: int, params: Any, meta: Mapping[str, Any]) -> None:
-  """Replaces the checkpoint in `best_dir` by `params` at `step` (written aside, then swapped)."""
-  tmp = best_dir + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
-  ckpt = checkpoints.Checkpointer(tmp, keep=1)
+  """Replaces the checkpoint in `best_dir` by `params` at `step` (written aside, then swapped).
+
+  Every process takes part in the (collective) orbax save; process 0 alone clears and swaps the
+  directories, with barriers around, so no host reads a half-swapped `best/`.
+  """
+  best, tmp = paths.resolve(best_dir), paths.resolve(best_dir + ".tmp")
+  if distributed.is_writer() and tmp.exists():
+    tmp.rmtree()
+  distributed.sync("best_checkpoint_cleared")
+  ckpt = checkpoints.Checkpointer(os.fspath(tmp), keep=1)
   ckpt.save(step, params, {}, dict(meta))
   ckpt.close()
-  shutil.rmtree(best_dir, ignore_errors=True)
-  os.replace(tmp, best_dir)
+  if distributed.is_writer():
+    if best.exists():
+      best.rmtree()
+    tmp.rename(best)
+  distributed.sync("best_checkpoint_swapped")
 
 
 def _seqio_metrics_fn(model: Any, mixture_or_task_name: str, split: str,

@@ -1,8 +1,11 @@
 """Orbax checkpoints: parameters, optimizer state and run metadata, one directory per step.
 
-Layout under MODEL_DIR: `checkpoint_<step>/{params,opt_state,meta}`. `meta` is JSON: the step, how
-many batches the input pipeline has consumed (for an exact resume), and every parameter's shape,
-which lets t2t refuse an incompatible checkpoint with a readable message before anything is
+Layout under MODEL_DIR: `checkpoint_<step>/{params,opt_state,meta}`, plus each host's input
+iterator in `checkpoint_<step>/input_state/process_<i>` (t2t.training.input_state, written by
+train.py). `meta` is JSON: the step, how many batches the input pipeline has consumed (the replay
+fallback for checkpoints without input state), what the stream was built from (task, batch size,
+feature lengths, packing, host count; a resume with other values is refused), and every
+parameter's shape, which lets t2t refuse an incompatible checkpoint with a readable message before anything is
 restored or overwritten. Parameters are a separate item so fine-tuning can load them alone.
 Arrays are restored with the shardings the caller asks for, so a checkpoint written on one
 mesh loads onto another.

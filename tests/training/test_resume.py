@@ -95,10 +95,9 @@ def test_restart_sees_the_same_batches_and_losses(runs, capfd):
     assert input_state.exists(str(root / "resumed"), step)
 
 
+@pytest.mark.parametrize("runs", ["bbc_span_corruption"], indirect=True)  # once is enough
 def test_checkpoint_without_input_state_replays_and_says_so(runs, capfd):
   name, root, straight, first = runs
-  if name != "bbc_span_corruption":
-    pytest.skip("the replay path does not depend on the stream; once is enough")
   second = _train(root / "replayed", K, name)
   assert "replaying the input stream to skip 3 batches" in capfd.readouterr().err
   _assert_same_batches(first + second, straight)
@@ -112,10 +111,9 @@ def test_checkpoint_without_input_state_replays_and_says_so(runs, capfd):
     (dict(task_feature_lengths={"inputs": 64, "targets": 8}), "TASK_FEATURE_LENGTHS was"),
     (dict(use_packing=False), "USE_PACKING was True, now False"),
 ])
+@pytest.mark.parametrize("runs", ["bbc_span_corruption"], indirect=True)  # one model dir will do
 def test_a_changed_stream_is_refused_naming_it(runs, change, fragment):
   name, root, _, _ = runs
-  if name != "bbc_span_corruption":
-    pytest.skip("one model dir is enough")
   model_dir = root / "straight"
   before = sorted(os.listdir(model_dir))
   with pytest.raises(input_state.ResumeMismatchError, match="Cannot resume") as e:

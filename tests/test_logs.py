@@ -3,7 +3,9 @@ brings the libraries back. The subprocess runs are shared with tests/test_no_cod
 import pytest
 
 from t2t import logs
-from tests.test_no_code_execution import two_runs  # noqa: F401  (the shared t2t.train runs)
+from tests import test_no_code_execution
+
+two_runs = test_no_code_execution.two_runs  # the shared t2t.train runs (a pytest fixture)
 
 # Lines captured from `python -m t2t.train` before t2t.logs existed.
 NOISE_LINES = [
@@ -54,7 +56,7 @@ def test_restated_once():
   assert logs.restate("anything else", said) is None
 
 
-def test_train_is_quiet_and_verbose_on_request(two_runs):  # noqa: F811
+def test_train_is_quiet_and_verbose_on_request(two_runs):
   first, second, *_ = two_runs
   quiet = first.stdout + first.stderr
   noisy = [line for line in quiet.splitlines() if logs.is_noise(line)]

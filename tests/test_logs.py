@@ -5,7 +5,11 @@ import pytest
 from t2t import logs
 from tests import test_no_code_execution
 
-two_runs = test_no_code_execution.two_runs  # the shared t2t.train runs (a pytest fixture)
+
+
+@pytest.fixture
+def two_runs():
+  return test_no_code_execution.shared_runs()  # the t2t.train runs, made once per process
 
 # Lines captured from `python -m t2t.train` before t2t.logs existed.
 NOISE_LINES = [

@@ -10,11 +10,15 @@
 Every payload would create a marker file; the tests assert that the marker does not exist.
 """
 import ast
+import atexit
+import functools
 import os
 import pathlib
 import pickle
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -158,13 +162,15 @@ def _train(model_dir, steps, env):
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="session")
-def two_runs(tmp_path_factory):
+@functools.lru_cache(maxsize=None)
+def shared_runs():
   """A 1-step quiet run, payload gin files planted in its MODEL_DIR, then a verbose resume to 2.
 
-  Shared with tests/test_logs.py (a t2t.train run costs ~30 s): (first, second, model_dir, marker).
+  Run once per pytest process and shared with tests/test_logs.py (a t2t.train run costs ~20 s):
+  (first, second, model_dir, marker, env).
   """
-  tmp_path = tmp_path_factory.mktemp("resume")
+  tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="t2t_resume_"))
+  atexit.register(shutil.rmtree, tmp_path, ignore_errors=True)
   marker = tmp_path / "PWNED"
   plugins = tmp_path / "plugins"
   plugins.mkdir()
@@ -187,6 +193,11 @@ def two_runs(tmp_path_factory):
   second = _train(model_dir, 2, {**env, "T2T_VERBOSE": "1"})
   assert second.returncode == 0, second.stderr[-3000:]
   return first, second, model_dir, marker, env
+
+
+@pytest.fixture
+def two_runs():
+  return shared_runs()
 
 
 def test_resume_never_reads_gin_files_from_model_dir(two_runs):

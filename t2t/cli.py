@@ -54,7 +54,8 @@ def start_distributed() -> bool:
 
 # Markers of the checks t2t runs inside tf.data pipelines (tf.debugging assertions): the
 # InvalidArgumentError they raise is bad data, not a bug, so it gets one line too.
-DATA_CHECK_MARKERS = ("ClassifierModel:", "more sentinels than the vocabulary's extra_ids")
+DATA_CHECK_MARKERS = ("ClassifierModel:", "more sentinels than the vocabulary's extra_ids",
+                      "formats: label")
 
 
 def data_check_message(e: BaseException) -> str | None:
@@ -92,7 +93,8 @@ def run(main: Callable[[Sequence[str]], None], distributed: bool = False) -> Non
         start_distributed()
       main(args)
     except (ValueError, FileNotFoundError, FloatingPointError, RuntimeError, ImportError) as e:
-      if os.environ.get("T2T_TRACEBACK"):
+      from t2t import errors  # a RuntimeError from XLA (e.g. out of memory) is no user error
+      if os.environ.get("T2T_TRACEBACK") or not errors.is_user_error(e):
         raise
       print(f"\nerror: {e}\n(set T2T_TRACEBACK=1 for the full traceback)", file=sys.stderr)
       sys.exit(1)
@@ -109,5 +111,7 @@ def run(main: Callable[[Sequence[str]], None], distributed: bool = False) -> Non
 def run_module(name: str) -> None:
   """Imports entry-point module `name` and runs its `main` (then exits)."""
   import importlib
+  from t2t import logs
+  logs.quiet()  # before the entry point imports TensorFlow
   run(importlib.import_module(name).main, distributed=name in DISTRIBUTED_ENTRY_POINTS)
   sys.exit(0)

@@ -174,13 +174,18 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
   try:
     gin.parse_config_files_and_bindings(resolved, list(gin_bindings), finalize_config=False)
   except (ValueError, SyntaxError, ImportError) as e:
+    from t2t import errors
+    hint = errors.gin_suggestion(str(e))
     raise GinConfigError(f"Could not parse the gin configuration ({', '.join(gin_files)}; "
-                         f"bindings {list(gin_bindings)}): {e}") from e
+                         f"bindings {list(gin_bindings)}): {e}" + (f"\n{hint}" if hint else "")
+                         ) from e
   unset = [m for m in required_macros(resolved, search_paths) if _is_unset(m.name)]
   if unset:
     lines = "\n".join(f"  {m.name}  (declared REQUIRED in {m.gin_file})" for m in unset)
     example = unset[0].name
-    raise GinConfigError(f"Required gin macros left unset:\n{lines}\n"
+    from t2t import errors
+    hint = errors.macro_suggestion([m.name for m in unset], gin_bindings)
+    raise GinConfigError(f"Required gin macros left unset{hint}:\n{lines}\n"
                          f"Set each one, e.g. --gin.{example}=... on the command line or "
                          f"'{example} = ...' in your gin file.")
 

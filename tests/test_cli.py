@@ -83,3 +83,17 @@ def test_entry_points_parse_gin_once_then_start_distributed_before_main():
   assert bad.returncode == 1 and "main ran" not in bad.stdout
   assert "error: process_id=2 must be in 0 .. num_processes - 1 (num_processes=2)" in bad.stderr
   assert "Traceback" not in bad.stderr
+
+
+def test_an_xla_like_runtime_error_keeps_its_traceback():
+  """Only bad input is one line: a RuntimeError from XLA (out of memory) is a failure to debug."""
+  out = _run("raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory while trying to allocate')")
+  assert out.returncode != 0 and "Traceback" in out.stderr and "RESOURCE_EXHAUSTED" in out.stderr
+
+
+def test_a_user_error_is_one_line():
+  out = _run("from t2t import errors\nraise errors.UserError('INPUT_FILE is empty')")
+  assert out.returncode == 1 and "Traceback" not in out.stderr
+  assert "error: INPUT_FILE is empty" in out.stderr
+  out = _run("from t2t.phases import PhaseError\nraise PhaseError('phase 2 failed')")
+  assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-1500:]

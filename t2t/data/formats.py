@@ -44,7 +44,12 @@ def label_name(label: tf.Tensor, label_names: Sequence[str]) -> tf.Tensor:
     if not label_names:
         raise ValueError("label_names must be a non-empty sequence of label strings.")
     label = tf.cast(label, tf.int32)
-    name = tf.gather(tf.constant(list(label_names)), tf.maximum(label, 0))
+    # A label past the names is bad data: say so (tf.gather's index error names no culprit).
+    check = tf.debugging.Assert(label < len(label_names), [
+        "formats: label", label, f"is not one of the {len(label_names)} label_names "
+        f"{list(label_names)}; fix the task's label_names or the data."])
+    with tf.control_dependencies([check]):
+        name = tf.gather(tf.constant(list(label_names)), tf.maximum(label, 0))
     return tf.where(label < 0, tf.constant(UNLABELED), name)
 
 
@@ -145,7 +150,9 @@ def record(x: Features) -> dict[str, tf.Tensor]:
     All gold answers are passed on as ``answers`` for the max-over-answers EM/F1.
     """
     answers = x["answers"]
-    target = tf.cond(tf.size(answers) > 0, lambda: answers[0], lambda: tf.constant(UNLABELED))
+    # The first answer, else UNLABELED; no tf.cond, whose slice fails at trace time when the
+    # answers' static shape is [0] (a split without answers).
+    target = tf.concat([tf.reshape(answers, [-1]), [UNLABELED]], axis=0)[0]
     inputs = join_fields("record", [
         ("query", x["query"]),
         ("entities", tf.strings.reduce_join(x["entities"], separator=", ")),

@@ -90,6 +90,21 @@ def random_spans_counts(
   return num_noise, num_spans
 
 
+def random_spans_counts_py(
+    length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
+  """`random_spans_counts` in plain Python, with the mask's `length < 2` case: (0, 0) there.
+
+  The length arithmetic (`objectives.random_spans_helper`) and the sentinel budget use this, so
+  that they count exactly the tokens the TF mask will corrupt (clipping included: at an extreme
+  density or span length the unclipped count is off, and the inputs outgrew their length).
+  """
+  if length < 2:
+    return 0, 0
+  num_noise = min(max(int(round(length * noise_density)), 1), length - 1)
+  num_spans = min(max(int(round(num_noise / mean_noise_span_length)), 1), length - num_noise)
+  return num_noise, num_spans
+
+
 def random_spans_noise_mask(
     length: tf.Tensor, noise_density: float, seeds: Seeds, mean_noise_span_length: float = 3.0
 ) -> tf.Tensor:

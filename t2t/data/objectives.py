@@ -46,9 +46,13 @@ TokenFn = Callable[..., tf.Tensor]
 def _span_corruption_lengths(
     raw_length: int, noise_density: float, mean_noise_span_length: float, extra_in: int,
     extra_tgt: int) -> tuple[int, int]:
-  """(inputs_length, targets_length), EOS included, of span corruption over `raw_length` tokens."""
-  num_noise = int(round(raw_length * noise_density))
-  num_spans = int(round(num_noise / mean_noise_span_length))
+  """(inputs_length, targets_length), EOS included, of span corruption over `raw_length` tokens.
+
+  Counts as the mask does (`noise.random_spans_counts_py`, clipping included). Both lengths are
+  non-decreasing in `raw_length`, so a shorter (last) segment never outgrows a full one.
+  """
+  num_noise, num_spans = noise.random_spans_counts_py(
+      raw_length, noise_density, mean_noise_span_length)
   inputs_length = raw_length - num_noise + num_spans * extra_in + 1
   targets_length = num_noise + num_spans * extra_tgt + 1
   return inputs_length, targets_length
@@ -68,6 +72,11 @@ def random_spans_helper(
   per span plus EOS. Returns the largest raw length whose inputs fit, and the targets length at
   that raw length. E.g. 512 at (0.15, 3) -> (568, 114). At noise density 0.5 the targets are
   trimmed to the inputs length (766 -> 512/512), the round number people ask for.
+
+  The counts are the mask's own (`noise.random_spans_counts_py`): at least one noise token and
+  one span, at most as many spans as kept tokens. The reference code's unclipped counts let the
+  inputs outgrow `inputs_length` at an extreme span length or a short length (e.g. 20 at
+  (0.15, 30) gave 21 inputs tokens).
 
   t2t's span-corruption targets also end with the paper's final sentinel, one token more than
   this count; `span_corruption_feature_lengths` gives the lengths a task really fills.
@@ -91,14 +100,24 @@ def random_spans_helper(
     return _span_corruption_lengths(raw, noise_density, mean_noise_span_length,
                                     extra_tokens_per_span_inputs, extra_tokens_per_span_targets)
 
-  # The inputs length grows with the raw length; scan up from a raw length that surely fits.
-  raw = inputs_length - 1
-  while lengths(raw + 1)[0] <= inputs_length:
-    raw += 1
+  # The inputs length is non-decreasing in the raw length and at most raw + 1: raw =
+  # inputs_length - 1 fits. Double until a raw length does not fit, then bisect (a plain scan
+  # takes ~inputs_length / (1 - noise_density) steps, too many for a density close to 1).
+  fits, too_long = inputs_length - 1, 2 * inputs_length
+  while lengths(too_long)[0] <= inputs_length:
+    fits, too_long = too_long, 2 * too_long
+  while too_long - fits > 1:
+    middle = (fits + too_long) // 2
+    if lengths(middle)[0] <= inputs_length:
+      fits = middle
+    else:
+      too_long = middle
+  raw = fits
   _, targets_length = lengths(raw)
-  if noise_density == 0.5 and targets_length > inputs_length:
-    raw -= 1
-    targets_length -= 1
+  if noise_density == 0.5:
+    while raw > 1 and targets_length > inputs_length:
+      raw -= 1
+      targets_length = lengths(raw)[1]
   return raw, targets_length
 
 
@@ -211,7 +230,8 @@ def span_corruption(
   noise.validate_mean_noise_span_length(mean_noise_span_length)
   inputs_length = corpus.required_length(sequence_length, input_feature_key, "span_corruption")
   raw_length, _ = random_spans_helper(inputs_length, noise_density, mean_noise_span_length)
-  sentinels_needed = (round(round(raw_length * noise_density) / mean_noise_span_length)
+  sentinels_needed = (noise.random_spans_counts_py(raw_length, noise_density,
+                                                   mean_noise_span_length)[1]
                       + int(final_sentinel))
   extra_ids = int(getattr(output_features["targets"].vocabulary, "extra_ids", 0) or 0)
   if sentinels_needed > extra_ids:

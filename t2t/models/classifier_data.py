@@ -32,6 +32,7 @@ DEFAULT_PAIR_MARKERS: tuple[str, ...] = ('sentence2:', 'question2:', 'premise:',
 LABEL_FEATURE = 'classifier_labels'
 REGRESSION_FEATURE = 'regression_targets'
 EOS_ID = 1
+ASCII_WHITESPACE = ' \t\n\v\f\r'  # what tf.strings.strip removes
 
 
 class ClassifierDataError(ValueError):
@@ -127,7 +128,9 @@ def split_pair(text: str, markers: Sequence[str] = DEFAULT_PAIR_MARKERS) -> tupl
   for marker in markers:
     parts = text.split(' ' + marker, 1)
     if len(parts) == 2 and ':' in parts[0]:
-      return parts[0].strip(), parts[1].strip()
+      # ASCII whitespace only, as tf.strings.strip in `split_pair_tf` (str.strip also took
+      # e.g. a no-break space, and the two disagreed).
+      return parts[0].strip(ASCII_WHITESPACE), parts[1].strip(ASCII_WHITESPACE)
   return None
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t2t import errors
 from t2t.training import adaptation, partitioning
 from t2t.training.partitioning import Partitioner
 
@@ -233,7 +234,7 @@ def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str,
     try:
       batch = next(batches)
     except StopIteration as e:
-      raise RuntimeError(f"The training data ran out at step {step}.") from e
+      raise errors.UserError(f"The training data ran out at step {step}.") from e
     state, metrics = trainer.step(state, batch)
     step += 1
     fetched = None

@@ -1,0 +1,156 @@
+"""A quiet command line: t2t's own lines, none of the libraries' start-up chatter.
+
+`python -m t2t.train/eval/infer` import TensorFlow, JAX, seqio and orbax, which print C++ log
+lines (CUDA stubs, oneDNN, cpu_feature_guard, "All log messages before absl::InitializeLog"),
+absl-formatted warnings (seqio's "uncached FunctionDataset", orbax's manager notes) and Python
+warnings. None of it tells a t2t user anything they can act on, and it buries t2t's progress.
+
+`quiet()` (called by `t2t.cli.run_module` before the entry point is imported) therefore:
+
+- sets `TF_CPP_MIN_LOG_LEVEL=3` before TensorFlow is imported (unless the user set it);
+- ignores Python warnings raised inside the libraries (t2t's own warnings still show);
+- filters file descriptor 2 through a thread that drops lines matching `NOISE` (C++ libraries
+  write there directly, so `sys.stderr` alone cannot be filtered); everything else, tracebacks
+  included, passes through unchanged, and `RESTATED` lines are replaced by t2t's own words.
+
+`T2T_VERBOSE=1` or an absl `--verbosity` / `-v` flag turns all of this off.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import sys
+import threading
+import warnings
+from typing import Optional, Sequence
+
+LIBRARIES = ("tensorflow", "tf_keras", "keras", "jax", "jaxlib", "flax", "optax", "orbax", "seqio",
+             "absl", "gin", "tensorflow_datasets", "google", "etils", "chex", "numpy")
+
+# Lines that are library chatter, never t2t's (t2t prints plain sentences, never these formats).
+NOISE: tuple[re.Pattern, ...] = tuple(re.compile(p) for p in (
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called",
+    r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w./-]+:\d+\]",  # absl/glog format, C++ or Python
+    r"^(WARNING|INFO|DEBUG):(absl|tensorflow|jax|root|orbax)[:\s]",
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] ",  # TF's own C++ format
+    r"oneDNN custom operations are on",
+    r"cudart_stub|cuda_platform|cuda_dnn|cuda_fft|cuda_blas|Could not find cuda drivers",
+    r"Unable to register cu(DNN|FFT|BLAS) factory",
+    r"computation placer already registered",
+    r"TF-TRT Warning",
+    r"This TensorFlow binary is optimized",
+    r"^To enable the following instructions",
+    r"rebuild TensorFlow with the appropriate compiler flags",
+    r"AutoGraph could not transform|To silence this warning, decorate the function|^Cause: ",
+    r"site-packages/[\w/.-]+\.py:\d+: \w*Warning: ",  # a library's Python warning
+))
+
+# Library lines that do matter, restated once in t2t's words.
+RESTATED: tuple[tuple[re.Pattern, str], ...] = (
+    (re.compile(r"TensorBoard|tensorboard.*not (found|installed)", re.I),
+     "note: TensorBoard is not installed; t2t still writes metrics.jsonl in MODEL_DIR."),
+)
+
+_filter: Optional["_Fd2Filter"] = None
+
+
+def verbose(argv: Sequence[str] = ()) -> bool:
+  """True when the user asked for the libraries' logs (T2T_VERBOSE=1, --verbosity, -v)."""
+  if os.environ.get("T2T_VERBOSE", "") not in ("", "0"):
+    return True
+  return any(a.startswith(("--verbosity", "-v")) for a in argv)
+
+
+def is_noise(line: str) -> bool:
+  """Whether `line` (without its newline) is library chatter."""
+  return any(p.search(line) for p in NOISE)
+
+
+def restate(line: str, said: set[str]) -> Optional[str]:
+  """t2t's version of a library line that matters (once per message), or None."""
+  for pattern, message in RESTATED:
+    if pattern.search(line):
+      if message in said:
+        return ""
+      said.add(message)
+      return message
+  return None
+
+
+class _Fd2Filter:
+  """Routes fd 2 through a pipe; a thread forwards the lines that are not noise."""
+
+  def __init__(self):
+    sys.stderr.flush()
+    self._real = os.dup(2)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+    self._read = read
+    self._said: set[str] = set()
+    self._thread = threading.Thread(target=self._pump, name="t2t-stderr-filter", daemon=True)
+    self._thread.start()
+
+  def _emit(self, text: str) -> None:
+    os.write(self._real, text.encode("utf-8", "replace"))
+
+  def _line(self, line: str) -> None:
+    said = restate(line, self._said)
+    if said is not None:
+      if said:
+        self._emit(said + "\n")
+    elif not is_noise(line):
+      self._emit(line + "\n")
+
+  def _pump(self) -> None:
+    pending = ""
+    while True:
+      chunk = os.read(self._read, 65536)
+      if not chunk:
+        break
+      pending += chunk.decode("utf-8", "replace")
+      *lines, pending = pending.split("\n")
+      for line in lines:
+        self._line(line)
+      if "\r" in pending:  # progress updates rewrite their line: pass them on now
+        head, pending = pending.rsplit("\r", 1)
+        self._emit(head + "\r")
+    if pending:
+      self._line(pending)
+
+  def close(self) -> None:
+    """Restores fd 2 and waits until every filtered line is out."""
+    try:
+      sys.stderr.flush()
+    except Exception:  # pylint: disable=broad-except
+      pass
+    os.dup2(self._real, 2)  # closes the pipe's last write end: the pump sees EOF
+    self._thread.join(timeout=5)
+    os.close(self._read)
+    os.close(self._real)
+
+
+def quiet(argv: Optional[Sequence[str]] = None) -> bool:
+  """Silences the libraries for this process unless the user asked for them (module docstring).
+
+  Call before TensorFlow is imported. Returns True when the output is filtered.
+  """
+  global _filter
+  if verbose(sys.argv if argv is None else argv):
+    return False
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+  for library in LIBRARIES:
+    warnings.filterwarnings("ignore", module=rf"{library}(\.|$)")
+  if _filter is None:
+    _filter = _Fd2Filter()
+    atexit.register(_close)
+  return True
+
+
+def _close() -> None:
+  global _filter
+  if _filter is not None:
+    _filter.close()
+    _filter = None

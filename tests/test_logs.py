@@ -1,0 +1,74 @@
+"""t2t.logs: a quiet CLI. Library chatter is recognised and dropped; t2t's lines stay; T2T_VERBOSE
+brings the libraries back. The subprocess runs are shared with tests/test_no_code_execution.py."""
+import pytest
+
+from t2t import logs
+from tests import test_no_code_execution
+
+
+
+@pytest.fixture
+def two_runs():
+  return test_no_code_execution.shared_runs()  # the t2t.train runs, made once per process
+
+# Lines captured from `python -m t2t.train` before t2t.logs existed.
+NOISE_LINES = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1795427394.247995   19761 port.cc:153] oneDNN custom operations are on. You may "
+    "see slightly different numerical results",
+    "I0000 00:00:1795427394.249514   19761 cudart_stub.cc:31] Could not find cuda drivers on "
+    "your machine, GPU will not be used.",
+    "W1123 09:50:37.143631 140078699338624 dataset_providers.py:462] Using an uncached "
+    "FunctionDataset for training is not recommended",
+    "E0000 00:00:1795426083.108643    3701 cuda_platform.cc:52] failed call to cuInit: INTERNAL",
+    "WARNING:absl:logger_cls is empty",
+    "WARNING:tensorflow:AutoGraph could not transform <function <lambda> at 0x7f8a>",
+    "2026-11-23 09:50:03.238940: I tensorflow/core/util/port.cc:113] oneDNN custom operations",
+    "/x/site-packages/orbax/checkpoint/manager.py:12: UserWarning: read-only checkpoint manager",
+]
+T2T_LINES = [
+    "step 1/1  loss 9.7119  0.05 steps/s  7 tokens/s  ETA 0:00:00",
+    "Resuming from /tmp/run/checkpoint_1 at step 1.",
+    "error: Unknown task 'bbc_topc'. Did you mean: bbc_topic?",
+    "Traceback (most recent call last):",
+    "RuntimeError: RESOURCE_EXHAUSTED: Out of memory",
+]
+
+
+@pytest.mark.parametrize("line", NOISE_LINES)
+def test_library_lines_are_noise(line):
+  assert logs.is_noise(line)
+
+
+@pytest.mark.parametrize("line", T2T_LINES)
+def test_t2t_lines_and_tracebacks_are_not(line):
+  assert not logs.is_noise(line)
+
+
+def test_verbose_on_request(monkeypatch):
+  monkeypatch.delenv("T2T_VERBOSE", raising=False)
+  assert not logs.verbose(["t2t.train", "--gin.X=1"])
+  assert logs.verbose(["t2t.train", "--verbosity=1"])
+  monkeypatch.setenv("T2T_VERBOSE", "1")
+  assert logs.verbose([])
+
+
+def test_restated_once():
+  said = set()
+  assert logs.restate("W0101 tensorboard not installed", said).startswith("note: TensorBoard")
+  assert logs.restate("W0101 tensorboard not installed", said) == ""
+  assert logs.restate("anything else", said) is None
+
+
+def test_train_is_quiet_and_verbose_on_request(two_runs):
+  first, second, *_ = two_runs
+  quiet = first.stdout + first.stderr
+  noisy = [line for line in quiet.splitlines() if logs.is_noise(line)]
+  assert not noisy, "library lines in a quiet run:\n" + "\n".join(noisy)
+  for pattern in ("absl::InitializeLog", "oneDNN", "cuda", "dataset_providers.py", "orbax"):
+    assert pattern not in quiet, pattern
+  assert "step 1/1" in quiet  # t2t's own progress line
+  # T2T_VERBOSE=1: the libraries speak again (absl-format lines from seqio / TF / orbax).
+  verbose = second.stdout + second.stderr
+  assert any(logs.is_noise(line) for line in verbose.splitlines()), verbose[-2000:]
+  assert "step 2/2" in verbose

@@ -45,6 +45,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from t2t import errors
 from t2t.training import distributed, paths, reporting
 
 STEP_PREFIX = "checkpoint"
@@ -54,7 +55,7 @@ class CheckpointMismatchError(ValueError):
   """A checkpoint does not fit the configured model (different parameters or shapes)."""
 
 
-class CorruptCheckpointError(RuntimeError):
+class CorruptCheckpointError(errors.UserError):
   """Every checkpoint in a model directory is unreadable (nothing good to resume from)."""
 
 
@@ -135,8 +136,8 @@ class Checkpointer:
   ) -> tuple[int, Any, Any, dict[str, Any]] | None:
     """(step, params, opt_state, meta) of the newest checkpoint that reads back whole.
 
-    A checkpoint whose meta or arrays fail to read (a truncated or garbled file) is reported in
-    one line naming the step and file, moved aside to `checkpoint_<N>.corrupt` (by process 0)
+    A checkpoint whose meta or arrays fail to read (a truncated or garbled file; any error but
+    running out of memory) is reported in one line naming the step and file, moved aside to `checkpoint_<N>.corrupt` (by process 0)
     and the next older one is tried. `check_meta(step, meta)` may refuse a readable checkpoint
     (e.g. another task); that error, and CheckpointMismatchError, propagate. Returns None when
     the directory holds no checkpoint; raises CorruptCheckpointError when none is readable.
@@ -156,6 +157,8 @@ class Checkpointer:
         p, o, meta = self.restore(step, params, params_shardings, opt_state,
                                   opt_state_shardings, checked=True)
       except Exception as e:  # noqa: BLE001
+        if _is_resource_failure(e):  # out of memory is no sign of damage: keep the traceback
+          raise
         last_error = self._set_aside(step, "params", e)
         continue
       return step, p, o, meta
@@ -207,6 +210,10 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+def _is_resource_failure(e: BaseException) -> bool:
+  return isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)
 
 
 def _culprit_file(message: str, step_dir: str) -> str | None:

@@ -70,6 +70,22 @@ def test_sigterm_saves_exits_cleanly_and_resumes_exactly(tmp_path):
   for step in want:
     assert got[step] == pytest.approx(want[step], abs=1e-6), step
 
+  # A corrupted latest checkpoint: train() reports it, resumes from the previous one and
+  # retrains the same steps to the same losses.
+  with open(os.path.join(model_dir, f"checkpoint_{final}", "meta", "metadata"), "wb") as f:
+    f.write(b"\x00garbled")
+  os.remove(os.path.join(model_dir, "metrics.jsonl"))
+  out = subprocess.run(_cmd(model_dir, final), cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert f"Checkpoint {final} is corrupted ({model_dir}/checkpoint_{final}/meta" in out.stderr
+  assert f"Resuming from {model_dir} at step {stopped_at}." in out.stderr
+  got = _losses(model_dir)
+  assert sorted(got) == list(range(stopped_at + 1, final + 1))
+  for step in got:
+    assert got[step] == pytest.approx(want[step], abs=1e-6), step
+  assert os.path.isdir(os.path.join(model_dir, f"checkpoint_{final}.corrupt"))
+
 
 def test_the_flag_stops_the_loop_and_handlers_are_restored():
   before = {s: signal.getsignal(s) for s in preemption.SIGNALS}

@@ -18,6 +18,13 @@ loads parameters from another run when MODEL_DIR holds none yet -- all of them, 
 `train.validation = @Validation()` the run validates every N steps, keeps the best checkpoint
 in MODEL_DIR/best, decays the learning rate on a plateau and stops early
 (t2t.training.validation; gin/recipes/jiant.gin). A run that stopped early stays stopped.
+
+SIGTERM or SIGINT (a preemptible VM being reclaimed, Ctrl-C) lets the step in flight finish,
+saves a checkpoint at that step and exits with status 0 ("Preempted at step N: ..."); every host
+stops at the same step (t2t.training.preemption). Unlike an early stop this writes no
+stopped.json: rerunning the same command resumes with the same batches. A second SIGINT
+interrupts at once. A corrupted latest checkpoint is reported and the previous one is used
+(t2t.training.checkpoints).
 """
 from __future__ import annotations
 
@@ -40,7 +47,7 @@ from t2t.data import limited  # noqa: F401  (registers @limited_task for gin fil
 from t2t.data import registry
 from t2t.data import cache as cache_lib
 from t2t.training import adaptation, checkpoints, distributed, input_state, inputs, optim, paths
-from t2t.training import reporting
+from t2t.training import preemption, reporting
 from t2t.training import trainer as trainer_lib
 from t2t.training import validation as validation_lib
 from t2t.training.partitioning import Partitioner
@@ -93,19 +100,20 @@ def train(*,
   tr = trainer_lib.Trainer(model, optimizer, partitioner, input_shapes, seed=seed)
 
   ckpt = checkpoints.Checkpointer(model_dir, keep=keep_checkpoints)
-  ckpt.check(tr.params_abstract)  # before anything in model_dir is touched
-  latest = ckpt.latest_step()
   stream_meta = input_state.run_meta(mixture_or_task_name, batch_size, task_feature_lengths,
                                      use_packing, use_cached_tasks)
-  if latest is not None:
-    try:
-      input_state.check_resumable(ckpt.read_meta(latest), stream_meta,
-                                  os.path.join(ckpt.model_dir, f"{checkpoints.STEP_PREFIX}_{latest}"))
-    except input_state.ResumeMismatchError:
-      ckpt.close()
-      raise
-    params, opt_state, meta = ckpt.restore(latest, tr.params_abstract, tr.params_shardings,
-                                           tr.opt_state_abstract, tr.opt_state_shardings)
+  try:  # the newest checkpoint that reads back whole (a corrupted one is reported, set aside)
+    restored = ckpt.restore_latest_good(
+        tr.params_abstract, tr.params_shardings, tr.opt_state_abstract, tr.opt_state_shardings,
+        check_meta=lambda step, meta: input_state.check_resumable(
+            meta, stream_meta, os.path.join(ckpt.model_dir, f"{checkpoints.STEP_PREFIX}_{step}")))
+  except (input_state.ResumeMismatchError, checkpoints.CheckpointMismatchError,
+          checkpoints.CorruptCheckpointError):
+    ckpt.close()
+    raise
+  latest = None
+  if restored is not None:
+    latest, params, opt_state, meta = restored
     state = trainer_lib.TrainState(
         step=jax.device_put(jax.numpy.asarray(latest, jax.numpy.int32),
                             partitioner.replicated),
@@ -157,6 +165,10 @@ def train(*,
 
   def stop(step, state, reason):
     save(step, state)
+    if reason == preemption.PREEMPTED:  # not an early stop: a rerun resumes from here
+      reporting.announce(f"Preempted at step {step}: checkpoint saved; rerun the same command "
+                         "to resume.")
+      return
     if distributed.is_writer():
       (paths.resolve(model_dir) / STOPPED).write_text(json.dumps({"step": step, "reason": reason}))
     reporting.announce(f"Stopped at step {step}: {reason}.")
@@ -166,10 +178,12 @@ def train(*,
     validate = [validation.hook(model=model, mixture_or_task_name=mixture_or_task_name,
                                 task_feature_lengths=task_feature_lengths, model_dir=model_dir,
                                 partitioner=partitioner, start_step=start, last_step=train_steps)]
+  preempted = preemption.Preemption(sync_every=log_every)
   all_hooks = [report, *validate, trainer_lib.every(checkpoint_every, save, last=train_steps),
-               *hooks]
+               *hooks, preempted.hook]
   stopped = _stopped_at(model_dir, start)
   try:
+    preempted.install()  # SIGTERM/SIGINT: finish the step, save, exit cleanly
     if stopped:
       reporting.announce(f"The run in {model_dir} stopped early at step {start} ({stopped}); "
                          "nothing to train.")
@@ -180,6 +194,7 @@ def train(*,
       reporting.announce(
           f"MODEL_DIR already holds step {start} >= TRAIN_STEPS={train_steps}; nothing to train.")
   finally:
+    preempted.uninstall()
     progress.close()
     writer.close()
     ckpt.close()

@@ -20,6 +20,19 @@ Starting a run from another run's checkpoint (`restore_params`) may be partial: 
 path and shape match are loaded, the model's new ones are initialised fresh, the checkpoint's
 extra ones are skipped, and name patterns force a fresh start (a new head per phase, as the
 STILTs and jiant protocols do). The restore prints which parameters went where.
+
+Atomicity: orbax writes a step into `checkpoint_<N>.orbax-checkpoint-tmp*` and renames it when
+complete, and never lists such a directory as a step, so an interrupted write is never restored.
+A finished checkpoint damaged later (a truncated or garbled file) is caught by
+`Checkpointer.restore_latest_good`: it reports the step and file in one line, moves the directory
+aside to `checkpoint_<N>.corrupt` (not a step name, so orbax neither restores it nor counts it
+against `keep`) and restores the previous one. Retention then never deletes the only good
+checkpoint: orbax removes old steps only after a new one is finalised, and the damaged ones are
+no longer counted.
+
+Saves are synchronous (`enable_async_checkpointing=False`): train.py writes each host's input
+state into `checkpoint_<N>/input_state/` right after `save`, which needs the step's directory to
+be final; with asynchronous saves it would still be a tmp directory at that point.
 """
 from __future__ import annotations
 
@@ -32,13 +45,21 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from t2t.training import paths
+from t2t import errors
+from t2t.training import distributed, paths, reporting
 
 STEP_PREFIX = "checkpoint"
 
 
 class CheckpointMismatchError(ValueError):
   """A checkpoint does not fit the configured model (different parameters or shapes)."""
+
+
+class CorruptCheckpointError(errors.UserError):
+  """Every checkpoint in a model directory is unreadable (nothing good to resume from)."""
+
+
+CORRUPT_SUFFIX = ".corrupt"
 
 
 def param_shapes(params: Any) -> dict[str, list[int]]:
@@ -99,12 +120,73 @@ class Checkpointer:
     return dict(self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
                 ["meta"])
 
-  def check(self, params_abstract: Any) -> None:
-    """Refuses a latest checkpoint whose parameters do not match `params_abstract`."""
-    step = self.latest_step()
+  def step_dir(self, step: int) -> str:
+    return f"{self.model_dir.rstrip('/')}/{STEP_PREFIX}_{step}"
+
+  def check(self, params_abstract: Any, step: int | None = None) -> None:
+    """Refuses a checkpoint (default: the latest) whose parameters do not fit `params_abstract`."""
+    step = self.latest_step() if step is None else step
     if step is not None:
       check_compatible(self.read_meta(step)["param_shapes"], param_shapes(params_abstract),
-                       f"{self.model_dir.rstrip('/')}/{STEP_PREFIX}_{step}")
+                       self.step_dir(step))
+
+  def restore_latest_good(
+      self, params: Any, params_shardings: Any, opt_state: Any, opt_state_shardings: Any,
+      check_meta: Callable[[int, dict[str, Any]], None] | None = None,
+  ) -> tuple[int, Any, Any, dict[str, Any]] | None:
+    """(step, params, opt_state, meta) of the newest checkpoint that reads back whole.
+
+    A checkpoint whose meta or arrays fail to read (a truncated or garbled file; any error but
+    running out of memory) is reported in one line naming the step and file, moved aside to `checkpoint_<N>.corrupt` (by process 0)
+    and the next older one is tried. `check_meta(step, meta)` may refuse a readable checkpoint
+    (e.g. another task); that error, and CheckpointMismatchError, propagate. Returns None when
+    the directory holds no checkpoint; raises CorruptCheckpointError when none is readable.
+    """
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    last_error = None
+    for step in steps:
+      try:
+        meta = self.read_meta(step)
+      except Exception as e:  # noqa: BLE001  (any read failure means the step is damaged)
+        last_error = self._set_aside(step, "meta", e)
+        continue
+      check_compatible(meta["param_shapes"], param_shapes(params), self.step_dir(step))
+      if check_meta is not None:
+        check_meta(step, meta)
+      try:
+        p, o, meta = self.restore(step, params, params_shardings, opt_state,
+                                  opt_state_shardings, checked=True)
+      except Exception as e:  # noqa: BLE001
+        if _is_resource_failure(e):  # out of memory is no sign of damage: keep the traceback
+          raise
+        last_error = self._set_aside(step, "params", e)
+        continue
+      return step, p, o, meta
+    if steps:
+      raise CorruptCheckpointError(
+          f"No readable checkpoint in {self.model_dir}: steps {sorted(steps)} are all damaged "
+          f"(moved aside as *{CORRUPT_SUFFIX}). Use a fresh MODEL_DIR or restore a "
+          "backup.") from last_error
+    return None
+
+  def _set_aside(self, step: int, item: str, error: BaseException) -> BaseException:
+    """Reports a damaged step in one line and moves it out of orbax's sight."""
+    where = _culprit_file(str(error), self.step_dir(step)) or f"{self.step_dir(step)}/{item}"
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    reporting.announce(
+        f"Checkpoint {step} is corrupted ({where}: {type(error).__name__}: {first}); "
+        f"moving it aside to {STEP_PREFIX}_{step}{CORRUPT_SUFFIX} and using the previous one.")
+    if distributed.is_writer():
+      src = paths.resolve(self.step_dir(step))
+      dst = src.parent / (src.name + CORRUPT_SUFFIX)
+      n = 0
+      while dst.exists():
+        n += 1
+        dst = src.parent / f"{src.name}{CORRUPT_SUFFIX}.{n}"
+      src.rename(dst)
+    distributed.sync(f"t2t_corrupt_checkpoint_{step}")
+    self._manager.reload()
+    return error
 
   def save(self, step: int, params: Any, opt_state: Any, meta: Mapping[str, Any]) -> None:
     meta = {**meta, "step": int(step), "param_shapes": param_shapes(params)}
@@ -115,9 +197,10 @@ class Checkpointer:
     self._manager.wait_until_finished()
 
   def restore(self, step: int, params: Any, params_shardings: Any, opt_state: Any,
-              opt_state_shardings: Any) -> tuple[Any, Any, dict[str, Any]]:
+              opt_state_shardings: Any, checked: bool = False) -> tuple[Any, Any, dict[str, Any]]:
     """Restores (params, opt_state, meta) at `step` onto the given shardings."""
-    self.check(params)
+    if not checked:
+      self.check(params, step)
     items = {"params": ocp.args.StandardRestore(_abstract(params, params_shardings)),
              "meta": ocp.args.JsonRestore()}
     if jax.tree.leaves(opt_state):
@@ -127,6 +210,19 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+def _is_resource_failure(e: BaseException) -> bool:
+  return isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)
+
+
+def _culprit_file(message: str, step_dir: str) -> str | None:
+  """The first path under `step_dir` that an orbax/tensorstore error message mentions."""
+  m = re.search(re.escape(step_dir.rstrip("/")) + r"/[^\s'\"]+", message)
+  if m:
+    return m.group(0).rstrip(".,:;)]")
+  m = re.search(re.escape(os.path.basename(step_dir.rstrip("/"))) + r"/[^\s'\"]+", message)
+  return m.group(0).rstrip(".,:;)]") if m else None
 
 
 def resolve_checkpoint(path: str) -> tuple[str, int]:

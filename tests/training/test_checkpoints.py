@@ -225,3 +225,88 @@ def test_t5_checkpoint_into_a_t5_with_a_layer_more_and_back(tmp_path):
                      match="encoder/layers_1/.*partial_restore"):
     checkpoints.restore_params(str(tmp_path / "big"), small.params_abstract,
                                small.params_shardings, small.init_params)
+
+
+# --- Atomicity and corrupted checkpoints -----------------------------------------------------------
+
+def _two_steps(tmp_path):
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=None)
+  ckpt.save(1, _tree(), {"mu": _tree()}, {"batches_consumed": 1})
+  ckpt.save(2, _tree(), {"mu": _tree()}, {"batches_consumed": 2})
+  ckpt.close()
+
+
+def _restore_latest_good(tmp_path, keep=None):
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=keep)
+  params, opt = _tree(), {"mu": _tree()}
+  return ckpt, ckpt.restore_latest_good(params, _replicated(params), opt, _replicated(opt))
+
+
+def _garble(path, truncate=False):
+  data = open(path, "rb").read()
+  with open(path, "wb") as f:
+    f.write(data[:len(data) // 2] if truncate else b"\x00garbage" * 8)
+
+
+def test_an_unfinished_write_is_never_restored(tmp_path):
+  _two_steps(tmp_path)
+  # What orbax leaves when a write of step 3 is interrupted: its temporary directory.
+  tmp = tmp_path / "checkpoint_3.orbax-checkpoint-tmp"
+  (tmp / "params").mkdir(parents=True)
+  (tmp / "params" / "manifest.ocdbt").write_bytes(b"half")
+  ckpt, (step, params, _, meta) = _restore_latest_good(tmp_path)
+  assert ckpt.latest_step() == 2 and step == 2 and meta["batches_consumed"] == 2
+  jax.tree.map(np.testing.assert_array_equal, params, _tree())
+  ckpt.close()
+
+
+@pytest.mark.parametrize("item", ["params", "meta"])
+def test_a_corrupted_latest_checkpoint_falls_back_to_the_previous(tmp_path, capsys, item):
+  _two_steps(tmp_path)
+  if item == "meta":
+    victim = tmp_path / "checkpoint_2" / "meta" / "metadata"
+    _garble(victim)
+  else:  # truncate every array data file of step 2
+    victims = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path / "checkpoint_2" / "params")
+               for f in fs if os.path.basename(r) == "d"]
+    assert victims
+    for v in victims:
+      _garble(v, truncate=True)
+  ckpt, (step, params, opt, meta) = _restore_latest_good(tmp_path)
+  assert step == 1 and meta["step"] == 1
+  jax.tree.map(np.testing.assert_array_equal, params, _tree())
+  err = capsys.readouterr().err
+  line = next(l for l in err.splitlines() if "Checkpoint 2 is corrupted" in l)
+  assert f"checkpoint_2/{item}" in line, line
+  assert sorted(os.listdir(tmp_path)) == ["checkpoint_1", "checkpoint_2.corrupt"]
+  assert ckpt.latest_step() == 1
+  ckpt.close()
+
+
+def test_retention_keeps_the_only_good_checkpoint(tmp_path):
+  _two_steps(tmp_path)
+  _garble(tmp_path / "checkpoint_2" / "meta" / "metadata")
+  ckpt, (step, *_) = _restore_latest_good(tmp_path, keep=1)
+  assert step == 1
+  # The damaged step no longer counts against keep=1: checkpoint_1 is still there.
+  assert "checkpoint_1" in os.listdir(tmp_path)
+  ckpt.save(2, _tree(), {"mu": _tree()}, {"batches_consumed": 2})  # training goes on
+  assert sorted(os.listdir(tmp_path)) == ["checkpoint_2", "checkpoint_2.corrupt"]
+  ckpt.close()
+  ckpt, (step, *_) = _restore_latest_good(tmp_path, keep=1)
+  assert step == 2
+  ckpt.close()
+
+
+def test_no_readable_checkpoint_is_an_error(tmp_path):
+  _two_steps(tmp_path)
+  for step in (1, 2):
+    _garble(tmp_path / f"checkpoint_{step}" / "meta" / "metadata")
+  with pytest.raises(checkpoints.CorruptCheckpointError, match="steps \\[1, 2\\]"):
+    _restore_latest_good(tmp_path)
+
+
+def test_an_empty_directory_has_nothing_to_restore(tmp_path):
+  ckpt, restored = _restore_latest_good(tmp_path)
+  assert restored is None
+  ckpt.close()

@@ -26,6 +26,7 @@ from t2t.training.partitioning import Partitioner
 # `TrainState.nonfinite_what` codes: which quantity made the first non-finite step non-finite.
 NONFINITE_QUANTITIES = {1: "loss", 2: "gradient norm"}
 ON_NONFINITE = ("stop", "skip")
+NONFINITE_FIELDS = ("nonfinite_steps", "first_nonfinite_step", "nonfinite_what")
 
 
 @flax.struct.dataclass
@@ -35,8 +36,8 @@ class TrainState:
   applied), the first such step (-1: none) and its `NONFINITE_QUANTITIES` code. They are not
   checkpointed (checkpoints.py saves params and opt_state): a resumed run starts them afresh,
   which is right since a saved state is always finite. The defaults are numpy int32 scalars,
-  not Python ints, so a state built without them traces exactly like one `train_step` returns
-  (no weak types, no second compilation)."""
+  not Python ints (no weak types); `Trainer.step` puts them on the device before the first
+  step, so the step compiles once."""
   step: jax.Array
   params: Any
   opt_state: Any
@@ -257,6 +258,12 @@ class Trainer:
 
   def step(self, state: TrainState, batch: Mapping[str, np.ndarray]
            ) -> tuple[TrainState, dict[str, jax.Array]]:
+    if not isinstance(state.nonfinite_steps, jax.Array):
+      # A state built with the numpy defaults (init_state, a resume): onto the device, as the
+      # step returns them, else jit compiles the step a second time for the other arg types.
+      state = state.replace(**{name: jax.device_put(getattr(state, name),
+                                                    self.partitioner.replicated)
+                               for name in NONFINITE_FIELDS})
     with self.partitioner.activation_context():
       return self._train_step(state, self.partitioner.shard_batch(batch), self.dropout_rng)
 
@@ -336,7 +343,7 @@ def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str,
 
 def nonfinite_counts(state: TrainState) -> tuple[Any, Any, Any]:
   """The state's (nonfinite_steps, first_nonfinite_step, nonfinite_what) device scalars."""
-  return state.nonfinite_steps, state.first_nonfinite_step, state.nonfinite_what
+  return tuple(getattr(state, name) for name in NONFINITE_FIELDS)
 
 
 def every(n: int, fn: Callable[[int, TrainState], None], last: int | None = None) -> Hook:

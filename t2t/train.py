@@ -150,6 +150,9 @@ def train(*,
 
   def save(step, state):
     nonlocal last_saved, input_state_saveable
+    # A sync here is fine (saving syncs anyway): with Trainer.on_nonfinite = 'stop' a state
+    # after a non-finite step is never saved (NonFiniteError), so the last checkpoint stays good.
+    tr.check_finite(step, state)
     if step != last_saved:  # an early stop saves, perhaps at a step just checkpointed
       ckpt.save(step, state.params, state.opt_state,
                 {"batches_consumed": batches_consumed + step - start, **stream_meta})

@@ -20,15 +20,42 @@ import numpy as np
 import optax
 
 from t2t import errors
-from t2t.training import adaptation, partitioning
+from t2t.training import adaptation, partitioning, reporting
 from t2t.training.partitioning import Partitioner
+
+# `TrainState.nonfinite_what` codes: which quantity made the first non-finite step non-finite.
+NONFINITE_QUANTITIES = {1: "loss", 2: "gradient norm"}
+ON_NONFINITE = ("stop", "skip")
+NONFINITE_FIELDS = ("nonfinite_steps", "first_nonfinite_step", "nonfinite_what")
 
 
 @flax.struct.dataclass
 class TrainState:
+  """The training state. The three non-finite counters are device scalars (int32, replicated)
+  kept by `train_step`: how many steps of this process were non-finite (their update not
+  applied), the first such step (-1: none) and its `NONFINITE_QUANTITIES` code. They are not
+  checkpointed (checkpoints.py saves params and opt_state): a resumed run starts them afresh,
+  which is right since a saved state is always finite. The defaults are numpy int32 scalars,
+  not Python ints (no weak types); `Trainer.step` puts them on the device before the first
+  step, so the step compiles once."""
   step: jax.Array
   params: Any
   opt_state: Any
+  nonfinite_steps: jax.Array = np.int32(0)
+  first_nonfinite_step: jax.Array = np.int32(-1)
+  nonfinite_what: jax.Array = np.int32(0)
+
+
+class NonFiniteError(FloatingPointError):
+  """The loss or the gradient norm was NaN or infinite (`Trainer.on_nonfinite = 'stop'`)."""
+
+  def __init__(self, step: int, quantity: str, count: int, seen_at: int):
+    self.step, self.quantity, self.count = step, quantity, count
+    super().__init__(
+        f"The {quantity} was not finite (NaN or inf) at step {step} ({count} non-finite "
+        f"step(s) seen by step {seen_at}). Their updates were not applied and nothing was saved "
+        f"after step {step - 1}, so the last checkpoint is intact. Lower the learning rate, "
+        "check the data, or set Trainer.on_nonfinite = 'skip' to skip such steps.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,18 +82,39 @@ def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: A
   parameters are differentiated; the others' gradients are zeros, so `grad_norm` covers the
   trainable ones only. With `num_microbatches` > 1 the gradient is accumulated over that many
   slices of the batch (`accumulated_gradients`) and equals the whole batch's.
+
+  Every step checks, on the device, that the loss and the gradient norm are finite. A step
+  where either is not keeps the old params and optimizer state (a per-leaf select, no host
+  sync) while the step counter still advances, and is counted in the state's non-finite
+  counters (see `TrainState`); the metric `nonfinite_steps` is that count. What the host does
+  about it is `Trainer.on_nonfinite`'s business (`Trainer.check_finite`).
   """
   rng = jax.random.fold_in(dropout_rng, state.step)
   grad_fn = adaptation.value_and_grad_trainable(model.loss_fn, trainable)
   if num_microbatches == 1:
-    (_, metrics), grads = grad_fn(state.params, batch, rng)
+    (loss, metrics), grads = grad_fn(state.params, batch, rng)
   else:
     grads, metrics = accumulated_gradients(model.loss_fn, trainable, state.params, batch, rng,
                                            num_microbatches)
+    loss = metrics["loss"]
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  grad_norm = optax.tree.norm(grads)
+  loss_ok, grad_ok = jnp.all(jnp.isfinite(loss)), jnp.isfinite(grad_norm)
+  finite = loss_ok & grad_ok
+  keep = lambda new, old: jnp.where(finite, new, old)
+  params = jax.tree.map(keep, params, state.params)
+  opt_state = jax.tree.map(keep, opt_state, state.opt_state)
+  step = state.step + 1
+  first = (state.nonfinite_steps == 0) & ~finite
+  count = state.nonfinite_steps + jnp.where(finite, 0, 1).astype(jnp.int32)
+  new_state = TrainState(
+      step=step, params=params, opt_state=opt_state, nonfinite_steps=count,
+      first_nonfinite_step=jnp.where(first, step, state.first_nonfinite_step).astype(jnp.int32),
+      nonfinite_what=jnp.where(first, jnp.where(loss_ok, 2, 1),
+                               state.nonfinite_what).astype(jnp.int32))
+  metrics = {**metrics, "grad_norm": grad_norm, "nonfinite_steps": count}
+  return new_state, metrics
 
 
 def split_microbatches(batch: Mapping[str, jax.Array], num_microbatches: int
@@ -132,19 +180,28 @@ def eval_step(model: Any, params: Any, batch: Mapping[str, jax.Array]) -> dict[s
   return metrics
 
 
-@gin.configurable(allowlist=["num_microbatches"])
+@gin.configurable(allowlist=["num_microbatches", "on_nonfinite"])
 class Trainer:
   """Builds the sharded state and the compiled step for a model, optimizer and mesh.
 
   `num_microbatches` (gin `Trainer.num_microbatches`): gradient accumulation over that many
   slices of each batch, for batches whose activations do not fit at once; 1 = one pass.
+  `on_nonfinite` (gin `Trainer.on_nonfinite`): what a step with a NaN/inf loss or gradient norm
+  leads to. Its update is never applied (`train_step`); 'stop' (default) then raises
+  `NonFiniteError` when the host next looks (a metrics fetch or a checkpoint save), naming the
+  first such step; 'skip' goes on and announces how many steps were skipped.
   """
 
   def __init__(self, model: Any, optimizer: optax.GradientTransformation,
                partitioner: Partitioner, input_shapes: Mapping[str, tuple[int, ...]],
-               seed: int = 0, num_microbatches: int = 1):
+               seed: int = 0, num_microbatches: int = 1, on_nonfinite: str = "stop"):
+    if on_nonfinite not in ON_NONFINITE:
+      raise ValueError(f"Trainer.on_nonfinite = {on_nonfinite!r}: expected one of "
+                       f"{', '.join(repr(m) for m in ON_NONFINITE)}.")
     self.model, self.optimizer, self.partitioner = model, optimizer, partitioner
     self.num_microbatches = num_microbatches
+    self.on_nonfinite = on_nonfinite
+    self._announced_nonfinite = 0
     batch_sizes = {shape[0] for shape in input_shapes.values()}
     for batch_size in batch_sizes:  # before anything is traced or compiled
       partitioner.check_batch_size(batch_size, num_microbatches)
@@ -163,8 +220,10 @@ class Trainer:
     opt_abstract = jax.eval_shape(optimizer.init, self.params_abstract)
     self.opt_state_shardings = self._opt_state_shardings(opt_abstract)
     self.opt_state_abstract = opt_abstract
-    self.state_shardings = TrainState(step=partitioner.replicated, params=self.params_shardings,
-                                      opt_state=self.opt_state_shardings)
+    rep = partitioner.replicated
+    self.state_shardings = TrainState(step=rep, params=self.params_shardings,
+                                      opt_state=self.opt_state_shardings, nonfinite_steps=rep,
+                                      first_nonfinite_step=rep, nonfinite_what=rep)
     data = partitioner.data_sharding
     self._train_step = jax.jit(
         functools.partial(train_step, model, optimizer,
@@ -199,8 +258,34 @@ class Trainer:
 
   def step(self, state: TrainState, batch: Mapping[str, np.ndarray]
            ) -> tuple[TrainState, dict[str, jax.Array]]:
+    if not isinstance(state.nonfinite_steps, jax.Array):
+      # A state built with the numpy defaults (init_state, a resume): onto the device, as the
+      # step returns them, else jit compiles the step a second time for the other arg types.
+      state = state.replace(**{name: jax.device_put(getattr(state, name),
+                                                    self.partitioner.replicated)
+                               for name in NONFINITE_FIELDS})
     with self.partitioner.activation_context():
       return self._train_step(state, self.partitioner.shard_batch(batch), self.dropout_rng)
+
+  def check_finite(self, step: int, state: TrainState,
+                   counts: tuple[Any, Any, Any] | None = None) -> None:
+    """Acts on the state's non-finite counters (`counts`: them already fetched, else they are
+    fetched here, a host sync): with 'stop', raises `NonFiniteError` if any step was non-finite;
+    with 'skip', announces newly skipped steps. Called where the host syncs anyway: at a metrics
+    fetch (`run_loop`) and before a checkpoint save (t2t/train.py)."""
+    if counts is None:
+      counts = jax.device_get(nonfinite_counts(state))
+    count, first, what = (int(c) for c in counts)
+    if count == 0:
+      return
+    quantity = NONFINITE_QUANTITIES.get(what, "loss or gradient norm")
+    if self.on_nonfinite == "stop":
+      raise NonFiniteError(first, quantity, count, step)
+    if count > self._announced_nonfinite:
+      reporting.announce(f"Skipped {count} non-finite step(s) by step {step} (Trainer."
+                         f"on_nonfinite = 'skip'); the first, step {first}, had a non-finite "
+                         f"{quantity}.")
+      self._announced_nonfinite = count
 
   def evaluate_loss(self, params: Any, batches: Iterator[Mapping[str, np.ndarray]],
                     num_batches: int) -> dict[str, float]:
@@ -227,6 +312,10 @@ def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str,
   host does not wait on each step; hooks receive `metrics=None` in between. A hook returning a
   `Control` may replace the state (later hooks see the new one) or stop the loop after this
   step's hooks have run; `on_stop(step, state, reason)` is then called.
+
+  Non-finite steps (see `train_step`) are looked at with the same fetch as the metrics, so
+  there is no sync per step: `trainer.check_finite` raises there (on_nonfinite = 'stop'),
+  before this step's hooks (a checkpoint save) run, or announces skipped steps ('skip').
   """
   step = int(jax.device_get(state.step))
   stop = None
@@ -239,9 +328,9 @@ def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str,
     step += 1
     fetched = None
     if step % log_every == 0 or step == num_steps:
-      fetched = {k: float(v) for k, v in jax.device_get(metrics).items()}
-      if not np.isfinite(fetched["loss"]):
-        raise FloatingPointError(f"Loss became {fetched['loss']} at step {step}.")
+      fetched, counts = jax.device_get((metrics, nonfinite_counts(state)))
+      fetched = {k: float(v) for k, v in fetched.items()}
+      trainer.check_finite(step, state, counts)
     for hook in hooks:
       control = hook(step, state, fetched, batch)
       if isinstance(control, Control):  # anything else a hook returns is ignored, as before
@@ -250,6 +339,11 @@ def run_loop(trainer: Trainer, state: TrainState, batches: Iterator[Mapping[str,
   if stop is not None and on_stop is not None:
     on_stop(step, state, stop)
   return state
+
+
+def nonfinite_counts(state: TrainState) -> tuple[Any, Any, Any]:
+  """The state's (nonfinite_steps, first_nonfinite_step, nonfinite_what) device scalars."""
+  return tuple(getattr(state, name) for name in NONFINITE_FIELDS)
 
 
 def every(n: int, fn: Callable[[int, TrainState], None], last: int | None = None) -> Hook:

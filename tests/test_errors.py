@@ -42,7 +42,7 @@ def test_misspelt_gin_parameter():
 
 def test_misspelt_configurable():
   with pytest.raises(config.GinConfigError,
-                     match=r"No configurable matching 'T5Confg'[\s\S]*Did you mean 'T5Config'\?"):
+                     match=r"No configurable matching 'T5Confg'[\s\S]*Did you mean 'T5Config'( or '\w+')*\?"):
     config.parse_gin(["experiments/bbc_demo/pretrain.gin"], ["T5Confg.d_model = 32"])
 
 

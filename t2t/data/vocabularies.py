@@ -6,8 +6,10 @@ vocabulary has 8,100 ids; `<extra_id_0>` is 8099, numbered down from the top as 
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import pathlib
+from typing import Any, Mapping
 
 import gin
 import seqio
@@ -58,3 +60,63 @@ def _register_seqio_vocab_for_gin() -> None:
 
 
 _register_seqio_vocab_for_gin()
+
+
+# --- Fingerprints: which vocabulary a checkpoint was trained with ---------------------------------
+
+def _unwrap(vocabulary: seqio.Vocabulary) -> seqio.Vocabulary:
+  """The vocabulary a wrapper stands for (tasks.common.DeferredVocabulary's `resolved`)."""
+  while isinstance(getattr(type(vocabulary), "resolved", None), property):
+    vocabulary = vocabulary.resolved
+  return vocabulary
+
+
+def fingerprint(vocabulary: seqio.Vocabulary) -> dict[str, Any]:
+  """A short JSON record of `vocabulary`: class, size (ids, extra ids included), extra ids, and
+  for a SentencePiece vocabulary the first 16 hex digits of the SHA-256 of its model bytes.
+
+  Two vocabularies with the same record map text to the same ids (up to a hash collision); the
+  record holds no model, a few dozen bytes. Other classes (pass-through, byte, WordPiece) are
+  told apart by class and size only.
+  """
+  vocabulary = _unwrap(vocabulary)
+  record: dict[str, Any] = {"class": type(vocabulary).__name__,
+                            "size": int(vocabulary.vocab_size),
+                            "extra_ids": int(vocabulary.extra_ids or 0)}
+  model = getattr(vocabulary, "sp_model", None) if isinstance(
+      vocabulary, seqio.SentencePieceVocabulary) else None
+  if model:
+    record["sentencepiece_sha256"] = hashlib.sha256(model).hexdigest()[:16]
+  return record
+
+
+def describe(record: Mapping[str, Any]) -> str:
+  """'SentencePieceVocabulary (8100 ids, 100 extra ids, sentencepiece sha256 0123abcd...)'."""
+  parts = [f"{record.get('size')} ids", f"{record.get('extra_ids')} extra ids"]
+  if record.get("sentencepiece_sha256"):
+    parts.append(f"sentencepiece sha256 {record['sentencepiece_sha256']}")
+  return f"{record.get('class')} ({', '.join(parts)})"
+
+
+def task_record(provider: seqio.Task | seqio.Mixture) -> dict[str, dict[str, Any]]:
+  """{feature: fingerprint} of a task's (or mixture's) output features' vocabularies."""
+  return {name: fingerprint(feature.vocabulary)
+          for name, feature in sorted(provider.output_features.items())}
+
+
+def model_record(model: Any) -> dict[str, dict[str, Any]]:
+  """{'inputs': ..., 'targets': ...} fingerprints of a model's input and output vocabularies."""
+  out = {}
+  for feature, attr in (("inputs", "input_vocabulary"), ("targets", "output_vocabulary")):
+    vocabulary = getattr(model, attr, None)
+    if vocabulary is not None:
+      out[feature] = fingerprint(vocabulary)
+  return out
+
+
+def differences(saved: Mapping[str, Mapping[str, Any]],
+                current: Mapping[str, Mapping[str, Any]]) -> list[str]:
+  """'inputs: <saved> vs <current>' for each feature both records hold that differs."""
+  return [f"{feature}: {describe(saved[feature])} in the checkpoint, {describe(current[feature])} "
+          "now" for feature in sorted(set(saved) & set(current))
+          if dict(saved[feature]) != dict(current[feature])]

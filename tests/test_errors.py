@@ -207,6 +207,61 @@ def test_model_dir_under_a_read_only_directory(empty_tasks, tmp_path):
     (tmp_path / "ro").chmod(0o755)
 
 
+# --- A checkpoint of another vocabulary ----------------------------------------------------------
+def test_fine_tuning_from_a_checkpoint_of_another_vocabulary(empty_tasks, tmp_path):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from t2t.data import vocabularies  # pylint: disable=g-import-not-at-top
+  from t2t.training import checkpoints, input_state  # pylint: disable=g-import-not-at-top
+  # What `t2t.train` records for a run on the BBC vocabulary (tests/training/test_vocab_check.py
+  # checks the record itself; the vocabulary is compared before any parameter shape).
+  bbc = vocabularies.fingerprint(vocabularies.bbc_vocabulary())
+  meta = input_state.run_meta("bbc_topic", 8, {"inputs": 16, "targets": 4}, True, False)
+  assert meta["vocabulary"]["inputs"] == bbc
+  ckpt = checkpoints.Checkpointer(str(tmp_path / "pretrained"))
+  ckpt.save(7, {"w": jnp.zeros((2,))}, {}, meta)
+  ckpt.close()
+  with pytest.raises(checkpoints.VocabularyMismatchError, match=(
+      r"The checkpoint at .*pretrained/checkpoint_7 was trained with another vocabulary: inputs: "
+      r"SentencePieceVocabulary \(8100 ids, 100 extra ids, sentencepiece sha256 [0-9a-f]{16}\) "
+      r"in the checkpoint, PassThroughVocabulary \(64 ids, 0 extra ids\) now")):
+    _train(empty_tasks, tmp_path / "run", initial_checkpoint_path=str(tmp_path / "pretrained"))
+  assert not list((tmp_path / "run").glob("checkpoint_*"))
+
+
+# --- Batch size and sequence length against the model -------------------------------------------
+def test_batch_not_divisible_by_the_mesh():
+  # One device cannot hold a mesh with more data shards than the batch: 4 simulated devices.
+  code = ("from t2t.training.partitioning import Partitioner\n"
+          "from t2t import errors\n"
+          "try:\n  Partitioner().check_batch_size(6)\n"
+          "except ValueError as e:\n  assert errors.is_user_error(e)\n  print(e)\n")
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
+         "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert ("BATCH_SIZE=6 must be divisible by the 1 processes and then by each process's 4 data "
+          "shards (data-parallel size 4 (devices 4 / num_partitions 1))") in out.stdout
+
+
+def test_bert_sequence_longer_than_its_position_table(tmp_path):
+  from t2t import cli, train  # pylint: disable=g-import-not-at-top
+  config.parse_gin(["experiments/bert_bbc/pretrain.gin"], [
+      f"MODEL_DIR = '{tmp_path / 'run'}'", "BATCH_SIZE = 2",
+      "TASK_FEATURE_LENGTHS = {'inputs': 200, 'targets': 200}"])  # MAX_POSITIONS = 128 (tiny)
+  with pytest.raises(ValueError) as raised:
+    train.train()  # refused when the Trainer is built: nothing compiled, restored or written
+  message = cli.user_message(raised.value)
+  assert message == (
+      "BERT: sequence length 200 (from TASK_FEATURE_LENGTHS) exceeds "
+      "BertConfig.max_position_embeddings=128, the rows of its learned position table; shorten "
+      "TASK_FEATURE_LENGTHS, or raise max_position_embeddings (MAX_POSITIONS) when training from "
+      "scratch."), message
+  assert "In call to configurable" in str(raised.value)  # gin's lines, which the CLI drops
+  assert errors.is_user_error(raised.value)
+  assert not list((tmp_path / "run").glob("checkpoint_*"))
+
+
 def test_xla_runtime_error_is_not_a_user_error():
   assert not errors.is_user_error(RuntimeError("RESOURCE_EXHAUSTED: Out of memory"))
   assert errors.is_user_error(errors.UserError("bad input"))
@@ -229,6 +284,11 @@ def test_the_catalogue_lists_every_case():
   for phrase in ("Unknown task or mixture", "doesn't have a parameter named", "No configurable matching",
                  "Required gin macros left unset", "Gin file", "prefix_lm needs feature lengths",
                  "must be >= 2", "INPUT_FILE", "RESOURCE_EXHAUSTED",
+                 "yields no examples on split", "is empty: nothing to decode",
+                 "limited_task.num_examples must be positive", "cannot be written",
+                 "is an existing file", "was trained with another vocabulary",
+                 "the vocabulary changed", "must be divisible by the",
+                 "BertConfig.max_position_embeddings", "relative position",
                  # rows whose tests live beside their modules:
                  "is corrupted", "No readable checkpoint",  # tests/training/test_checkpoints.py
                  "was not finite"):  # tests/training/test_nonfinite.py

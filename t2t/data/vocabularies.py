@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import gin
 import seqio
+import tensorflow as tf
 
 BBC_VOCAB_NAME = "bbc_sp8k.model"
 DEFAULT_EXTRA_IDS = 100
@@ -73,20 +74,28 @@ def _unwrap(vocabulary: seqio.Vocabulary) -> seqio.Vocabulary:
 
 def fingerprint(vocabulary: seqio.Vocabulary) -> dict[str, Any]:
   """A short JSON record of `vocabulary`: class, size (ids, extra ids included), extra ids, and
-  for a SentencePiece vocabulary the first 16 hex digits of the SHA-256 of its model bytes.
+  for a SentencePiece vocabulary the first 16 hex digits of the SHA-256 of its model file.
 
   Two vocabularies with the same record map text to the same ids (up to a hash collision); the
-  record holds no model, a few dozen bytes. Other classes (pass-through, byte, WordPiece) are
-  told apart by class and size only.
+  record holds no model, a few dozen bytes. The file's bytes are hashed, not seqio's in-memory
+  model (re-serialised with the extra ids added, so it could change with a protobuf version);
+  what seqio changes that moves ids is recorded beside it when not the default: the extra ids'
+  order (`reverse_extra_ids`) and a normalizer override. Other classes (pass-through, byte,
+  WordPiece) are told apart by class and size only.
   """
   vocabulary = _unwrap(vocabulary)
   record: dict[str, Any] = {"class": type(vocabulary).__name__,
                             "size": int(vocabulary.vocab_size),
                             "extra_ids": int(vocabulary.extra_ids or 0)}
-  model = getattr(vocabulary, "sp_model", None) if isinstance(
-      vocabulary, seqio.SentencePieceVocabulary) else None
-  if model:
-    record["sentencepiece_sha256"] = hashlib.sha256(model).hexdigest()[:16]
+  if isinstance(vocabulary, seqio.SentencePieceVocabulary):
+    with tf.io.gfile.GFile(vocabulary.sentencepiece_model_file, "rb") as f:
+      record["sentencepiece_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
+    if record["extra_ids"] and getattr(vocabulary, "_reverse_extra_ids", True) is False:
+      record["reverse_extra_ids"] = False
+    overrides = getattr(vocabulary, "_normalizer_spec_overrides", None)
+    if overrides is not None:
+      record["normalizer_overrides_sha256"] = hashlib.sha256(
+          overrides.SerializeToString(deterministic=True)).hexdigest()[:16]
   return record
 
 
@@ -95,6 +104,10 @@ def describe(record: Mapping[str, Any]) -> str:
   parts = [f"{record.get('size')} ids", f"{record.get('extra_ids')} extra ids"]
   if record.get("sentencepiece_sha256"):
     parts.append(f"sentencepiece sha256 {record['sentencepiece_sha256']}")
+  if record.get("reverse_extra_ids") is False:
+    parts.append("extra ids in forward order")
+  if record.get("normalizer_overrides_sha256"):
+    parts.append(f"normalizer override {record['normalizer_overrides_sha256']}")
   return f"{record.get('class')} ({', '.join(parts)})"
 
 

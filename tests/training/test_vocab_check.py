@@ -64,6 +64,13 @@ def test_fingerprint_tells_same_sized_models_apart(two_models):
   assert with_extra["size"] == 35 and with_extra["extra_ids"] == 5
   assert vocabularies.fingerprint(toy.VOCAB) == {"class": "PassThroughVocabulary", "size": 64,
                                                  "extra_ids": 0}
+  # The model file's own bytes are hashed (not seqio's re-serialised copy with the extra ids).
+  import hashlib  # pylint: disable=g-import-not-at-top
+  assert fa["sentencepiece_sha256"] == hashlib.sha256((d / "a.model").read_bytes()).hexdigest()[:16]
+  forward = vocabularies.fingerprint(seqio.SentencePieceVocabulary(str(d / "a.model"), 5,
+                                                                   reverse_extra_ids=False))
+  assert forward == {**with_extra, "reverse_extra_ids": False}
+  assert "extra ids in forward order" in vocabularies.describe(forward)
 
 
 def test_run_meta_records_the_task_vocabulary_and_a_resume_checks_it(two_models):

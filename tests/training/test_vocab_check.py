@@ -136,3 +136,19 @@ def test_eval_refuses_a_checkpoint_of_another_vocabulary(two_models, tmp_path):
     eval_lib.evaluate(model=toy.model(), mixture_or_task_name=toy.TASK,
                       checkpoint_path=str(tmp_path / "run"), output_dir=str(tmp_path / "eval"),
                       task_feature_lengths=toy.LENGTHS, num_examples=4, batch_size=4)
+
+
+def test_infer_refuses_a_checkpoint_of_another_vocabulary(two_models, tmp_path):
+  from t2t import infer  # pylint: disable=g-import-not-at-top
+  _, b, _ = two_models
+  ckpt = checkpoints.Checkpointer(str(tmp_path / "run"))
+  ckpt.save(2, _tree(), {}, {"vocabulary": _record(b)})
+  ckpt.close()
+  (tmp_path / "inputs.txt").write_text("5 6 7\n8 9\n")
+  with pytest.raises(checkpoints.VocabularyMismatchError, match=(
+      r"checkpoint_2 was trained with another vocabulary: inputs: SentencePieceVocabulary "
+      r"\(30 ids, .*\) in the checkpoint, PassThroughVocabulary \(64 ids, 0 extra ids\) now")):
+    infer.infer(model=toy.model(), checkpoint_path=str(tmp_path / "run"),
+                output_dir=str(tmp_path / "out"), task_feature_lengths=toy.LENGTHS,
+                input_file=str(tmp_path / "inputs.txt"), batch_size=2)
+  assert not (tmp_path / "out" / "inputs.jsonl").exists()

@@ -67,6 +67,13 @@ def data_check_message(e: BaseException) -> str | None:
   return " ".join(part.strip("[] ") for part in first.split("] [")).strip()
 
 
+def user_message(e: BaseException) -> str:
+  """`e`'s message without the "In call to configurable 'train' (...)" lines gin appends to an
+  error raised inside a configurable: the message itself names the culprit."""
+  return "\n".join(line for line in str(e).split("\n")
+                   if not line.startswith("  In call to configurable '")).rstrip()
+
+
 # Entry points that may run on several hosts: gin is parsed and jax.distributed started before
 # their main (which then finds gin parsed).
 DISTRIBUTED_ENTRY_POINTS = ("t2t.train", "t2t.eval", "t2t.infer")
@@ -96,7 +103,8 @@ def run(main: Callable[[Sequence[str]], None], distributed: bool = False) -> Non
       from t2t import errors  # a RuntimeError from XLA (e.g. out of memory) is no user error
       if os.environ.get("T2T_TRACEBACK") or not errors.is_user_error(e):
         raise
-      print(f"\nerror: {e}\n(set T2T_TRACEBACK=1 for the full traceback)", file=sys.stderr)
+      print(f"\nerror: {user_message(e)}\n(set T2T_TRACEBACK=1 for the full traceback)",
+            file=sys.stderr)
       sys.exit(1)
     except Exception as e:  # pylint: disable=broad-except
       message = data_check_message(e)

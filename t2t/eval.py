@@ -30,7 +30,7 @@ import gin
 import numpy as np
 import seqio
 
-from t2t.data import postprocessors, registry
+from t2t.data import postprocessors, registry, vocabularies
 from t2t.training import distributed, inputs, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
@@ -62,6 +62,7 @@ def evaluate(*,
   handle counts as wrong (and is reported); it never stops the run.
   """
   inputs.limit_tf_threads()
+  paths.check_writable(output_dir, "EVAL_OUTPUT_DIR")  # before the evaluation, not after it
   provider = registry.get_mixture_or_task(mixture_or_task_name)
   registry.check_split_readable(provider, split)
   tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
@@ -72,9 +73,11 @@ def evaluate(*,
           sequence_length=dict(task_feature_lengths) if task_feature_lengths else None,
           num_examples=num_examples, use_memory_cache=True)
       _check_tasks_to_evaluate(mixture_or_task_name, split, tasks, evaluator)
+      _check_not_empty(mixture_or_task_name, split, evaluator)
       shapes = {k: (batch_size, *v) for k, v in evaluator.model_feature_shapes.items()}
       predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner,
-                                            batch_size)
+                                            batch_size,
+                                            vocabulary=vocabularies.task_record(provider))
       reporting.announce(f"Evaluating {checkpoint_path} (step {predictor.step}) on "
                          f"{mixture_or_task_name}.")
       future, outputs = evaluator.evaluate(
@@ -145,6 +148,14 @@ def _check_tasks_to_evaluate(name: str, split: str, tasks: Sequence[seqio.Task],
                      "EVAL_SPLIT.")
   for line in skipped:
     reporting.announce(f"Not evaluated: task {line}.")
+
+
+def _check_not_empty(name: str, split: str, evaluator: seqio.Evaluator) -> None:
+  """Refuses a task whose split holds no examples: its metrics would be NaN, or the measured
+  feature lengths 0. The evaluator has cached the examples in memory already: this is free."""
+  for task in evaluator.eval_tasks:
+    if not any(True for _ in evaluator.cached_task_datasets[task.name].take(1)):
+      raise registry.empty_split_error(task.name, split, name)
 
 
 class BadTargetError(ValueError):

@@ -27,7 +27,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from t2t.data import registry
+from t2t.data import registry, vocabularies
 from t2t.training import distributed, inputs, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
@@ -54,6 +54,7 @@ def infer(*,
     raise ValueError("Set exactly one of INPUT_FILE (a text file, one input per line) and "
                      "MIXTURE_OR_TASK_NAME (a task split to decode).")
   inputs.limit_tf_threads()
+  paths.check_writable(output_dir, "INFER_OUTPUT_DIR")  # before decoding, not after it
   converter = model.feature_converter_cls(pack=False)
   lengths = dict(task_feature_lengths)
   if input_file is not None:
@@ -63,12 +64,16 @@ def infer(*,
     texts = [line.rstrip("\r") for line in source.read_text(encoding="utf-8").split("\n")]
     if texts and texts[-1] == "":
       texts.pop()  # the newline that ends the last line
+    if not texts:
+      raise ValueError(f"INPUT_FILE '{input_file}' is empty: nothing to decode (one input per "
+                       "line).")
     if num_examples is not None:
       texts = texts[:num_examples]
     task_ds = _text_dataset(texts, model.input_vocabulary, lengths["inputs"])
     records = [{"inputs": t} for t in texts]
     name = source.stem
     vocab = model.output_vocabulary
+    vocabulary = vocabularies.model_record(model)  # the text is tokenised with the model's
   else:
     task = registry.get_mixture_or_task(mixture_or_task_name)
     registry.check_split_readable(task, split)
@@ -76,11 +81,15 @@ def infer(*,
     if num_examples is not None:
       task_ds = task_ds.take(num_examples)
     records = [_record(ex) for ex in task_ds.as_numpy_iterator()]
+    if not records:
+      raise registry.empty_split_error(mixture_or_task_name, split)
     name = f"{mixture_or_task_name}.{split}"
     vocab = task.output_features["targets"].vocabulary
+    vocabulary = vocabularies.task_record(task)
   features = converter(task_ds, lengths).as_numpy_iterator()
   shapes = {k: (batch_size, v) for k, v in converter.get_model_feature_lengths(lengths).items()}
-  predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner, batch_size)
+  predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner, batch_size,
+                                        vocabulary=vocabulary)
   reporting.announce(f"Decoding {len(records)} inputs with {checkpoint_path} "
                      f"(step {predictor.step}).")
   tokens = predictor.predict(features)

@@ -86,6 +86,7 @@ def train(*,
   """
   inputs.limit_tf_threads()
   model_dir = paths.to_str(model_dir)  # local paths absolute; URLs (gs://...) as given
+  paths.check_writable(model_dir, "MODEL_DIR")  # before any compilation; process 0 only
   registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), "train")
   if use_cached_tasks:
     cache_lib.add_cache_dirs(cache_dirs)
@@ -123,7 +124,8 @@ def train(*,
   elif initial_checkpoint_path:
     params, from_step, plan = checkpoints.restore_params(
         initial_checkpoint_path, tr.params_abstract, tr.params_shardings, tr.init_params,
-        partial=partial_restore, reinitialize=reinitialize, added=adaptation.ADDED_PATTERNS)
+        partial=partial_restore, reinitialize=reinitialize, added=adaptation.ADDED_PATTERNS,
+        vocabulary=stream_meta.get("vocabulary"))
     reporting.announce(
         f"Initialised parameters from {initial_checkpoint_path} (step {from_step}).")
     if plan.reinitialised or plan.skipped:

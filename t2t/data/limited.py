@@ -103,6 +103,8 @@ def limited_task(task_name: str = gin.REQUIRED, num_examples: int = gin.REQUIRED
                      "Cap each of its tasks and build the mixture from those.")
   registry.check_split_readable(task, split)
   total = _count(task.source, split)
+  if not total:
+    raise registry.empty_split_error(task_name, split, detail=" (its source holds none)")
   indices = draw_indices(total, num_examples, seed)
   seqio.TaskRegistry.add(
       name,

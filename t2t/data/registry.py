@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import Union
+from typing import Mapping, Union
 
 import gin
 import seqio
@@ -49,6 +49,44 @@ def check_split_readable(obj: seqio.Task | seqio.Mixture, split: str) -> None:
           f"task {task.name!r} cannot read split {split!r}: {err} t2t downloads nothing: prepare "
           "the data first (for a TFDS task: `tfds build <dataset>`, or point TFDS_DATA_DIR at a "
           "prepared copy).") from err
+
+
+class EmptySplitError(ValueError):
+  """A task's split yields no examples (an empty file, a filter that drops everything)."""
+
+
+def empty_split_error(task_name: str, split: str, mixture_name: str | None = None,
+                      detail: str = "") -> EmptySplitError:
+  """The error for task `task_name` whose `split` holds no examples (`detail`: what was tried)."""
+  within = f" (in mixture {mixture_name!r})" if mixture_name and mixture_name != task_name else ""
+  return EmptySplitError(
+      f"Task {task_name!r}{within} yields no examples on split {split!r}{detail}. Check its data "
+      "files (an empty file?) and its preprocessors (a filter that drops everything?), or "
+      "choose another split.")
+
+
+def check_split_not_empty(obj: seqio.Task | seqio.Mixture, split: str,
+                          sequence_length: Mapping[str, int] | None,
+                          use_cached: bool = False) -> None:
+  """Raises EmptySplitError when a task of `obj` (one a mixture samples) yields no examples.
+
+  Without this, training on an empty split either stops at once ("the training data ran out at
+  step 0", after compiling) or hangs: `repeat()` over a source whose every example a filter
+  drops spins forever, and so does a mixture sampling such a task. The check builds each task's
+  pipeline for one epoch, unshuffled, with the run's `sequence_length`, and asks for its first
+  example: the cost is that of one example for a normal corpus (whatever its size); only an
+  empty or all-filtered split is read to its end -- once, and that is the error case.
+  """
+  mixture = obj.name if isinstance(obj, seqio.Mixture) else None
+  for task in (list(obj.tasks) if isinstance(obj, seqio.Mixture) else [obj]):
+    if split not in task.splits or (mixture and not obj.get_rate(task)):
+      continue  # a mixture skips a task without the split, and never samples a rate of 0
+    if not use_cached and task.source.num_input_examples(split) == 0:
+      raise empty_split_error(task.name, split, mixture, " (its source holds none)")
+    ds = task.get_dataset(dict(sequence_length) if sequence_length else None, split=split,
+                          shuffle=False, num_epochs=1, use_cached=use_cached)
+    if not any(True for _ in ds.take(1)):
+      raise empty_split_error(task.name, split, mixture, " after its preprocessors")
 
 
 # The unsupervised objectives of T5 Table 3, by the names t2t.data.objectives gives them.

@@ -6,11 +6,14 @@ vocabulary has 8,100 ids; `<extra_id_0>` is 8099, numbered down from the top as 
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import pathlib
+from typing import Any, Mapping
 
 import gin
 import seqio
+import tensorflow as tf
 
 BBC_VOCAB_NAME = "bbc_sp8k.model"
 DEFAULT_EXTRA_IDS = 100
@@ -58,3 +61,75 @@ def _register_seqio_vocab_for_gin() -> None:
 
 
 _register_seqio_vocab_for_gin()
+
+
+# --- Fingerprints: which vocabulary a checkpoint was trained with ---------------------------------
+
+def _unwrap(vocabulary: seqio.Vocabulary) -> seqio.Vocabulary:
+  """The vocabulary a wrapper stands for (tasks.common.DeferredVocabulary's `resolved`)."""
+  while isinstance(getattr(type(vocabulary), "resolved", None), property):
+    vocabulary = vocabulary.resolved
+  return vocabulary
+
+
+def fingerprint(vocabulary: seqio.Vocabulary) -> dict[str, Any]:
+  """A short JSON record of `vocabulary`: class, size (ids, extra ids included), extra ids, and
+  for a SentencePiece vocabulary the first 16 hex digits of the SHA-256 of its model file.
+
+  Two vocabularies with the same record map text to the same ids (up to a hash collision); the
+  record holds no model, a few dozen bytes. The file's bytes are hashed, not seqio's in-memory
+  model (re-serialised with the extra ids added, so it could change with a protobuf version);
+  what seqio changes that moves ids is recorded beside it when not the default: the extra ids'
+  order (`reverse_extra_ids`) and a normalizer override. Other classes (pass-through, byte,
+  WordPiece) are told apart by class and size only.
+  """
+  vocabulary = _unwrap(vocabulary)
+  record: dict[str, Any] = {"class": type(vocabulary).__name__,
+                            "size": int(vocabulary.vocab_size),
+                            "extra_ids": int(vocabulary.extra_ids or 0)}
+  if isinstance(vocabulary, seqio.SentencePieceVocabulary):
+    with tf.io.gfile.GFile(vocabulary.sentencepiece_model_file, "rb") as f:
+      record["sentencepiece_sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
+    if record["extra_ids"] and getattr(vocabulary, "_reverse_extra_ids", True) is False:
+      record["reverse_extra_ids"] = False
+    overrides = getattr(vocabulary, "_normalizer_spec_overrides", None)
+    if overrides is not None:
+      record["normalizer_overrides_sha256"] = hashlib.sha256(
+          overrides.SerializeToString(deterministic=True)).hexdigest()[:16]
+  return record
+
+
+def describe(record: Mapping[str, Any]) -> str:
+  """'SentencePieceVocabulary (8100 ids, 100 extra ids, sentencepiece sha256 0123abcd...)'."""
+  parts = [f"{record.get('size')} ids", f"{record.get('extra_ids')} extra ids"]
+  if record.get("sentencepiece_sha256"):
+    parts.append(f"sentencepiece sha256 {record['sentencepiece_sha256']}")
+  if record.get("reverse_extra_ids") is False:
+    parts.append("extra ids in forward order")
+  if record.get("normalizer_overrides_sha256"):
+    parts.append(f"normalizer override {record['normalizer_overrides_sha256']}")
+  return f"{record.get('class')} ({', '.join(parts)})"
+
+
+def task_record(provider: seqio.Task | seqio.Mixture) -> dict[str, dict[str, Any]]:
+  """{feature: fingerprint} of a task's (or mixture's) output features' vocabularies."""
+  return {name: fingerprint(feature.vocabulary)
+          for name, feature in sorted(provider.output_features.items())}
+
+
+def model_record(model: Any) -> dict[str, dict[str, Any]]:
+  """{'inputs': ..., 'targets': ...} fingerprints of a model's input and output vocabularies."""
+  out = {}
+  for feature, attr in (("inputs", "input_vocabulary"), ("targets", "output_vocabulary")):
+    vocabulary = getattr(model, attr, None)
+    if vocabulary is not None:
+      out[feature] = fingerprint(vocabulary)
+  return out
+
+
+def differences(saved: Mapping[str, Mapping[str, Any]],
+                current: Mapping[str, Mapping[str, Any]]) -> list[str]:
+  """'inputs: <saved> vs <current>' for each feature both records hold that differs."""
+  return [f"{feature}: {describe(saved[feature])} in the checkpoint, {describe(current[feature])} "
+          "now" for feature in sorted(set(saved) & set(current))
+          if dict(saved[feature]) != dict(current[feature])]

@@ -315,9 +315,10 @@ class BertEncoder(nn.Module):
       raise ValueError(f'BertEncoder expects tokens [batch, length], got shape {tokens.shape}.')
     length = tokens.shape[1]
     if length > c.max_position_embeddings:
-      raise ValueError(f'BertEncoder: sequence length {length} exceeds '
-                       f'BertConfig.max_position_embeddings={c.max_position_embeddings}; '
-                       'shorten TASK_FEATURE_LENGTHS or raise max_position_embeddings.')
+      raise ValueError(f'BERT: sequence length {length} (from TASK_FEATURE_LENGTHS) exceeds '
+                       f'BertConfig.max_position_embeddings={c.max_position_embeddings}, the rows '
+                       'of its learned position table; shorten TASK_FEATURE_LENGTHS, or raise '
+                       'max_position_embeddings (MAX_POSITIONS) when training from scratch.')
     if token_types is None:
       token_types = jnp.zeros_like(tokens)
     if positions is None:

@@ -247,24 +247,59 @@ def resolve_checkpoint(path: str) -> tuple[str, int]:
   return path, steps[-1]
 
 
-def load_params(path: str, params_abstract: Any, params_shardings: Any) -> tuple[Any, int]:
+def load_params(path: str, params_abstract: Any, params_shardings: Any,
+                vocabulary: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Any, int]:
   """Loads parameters alone (no optimizer state) from a checkpoint, e.g. to fine-tune.
 
-  Returns (params, step). Raises CheckpointMismatchError when the shapes differ.
+  Returns (params, step). Raises CheckpointMismatchError when the shapes differ, and
+  VocabularyMismatchError when `vocabulary` ({feature: t2t.data.vocabularies.fingerprint}, the
+  vocabulary the caller will feed the parameters) differs from the one the checkpoint records
+  (see `check_vocabulary`; checkpoints without a record, and `vocabulary=None`, are not checked).
   """
   model_dir, step = resolve_checkpoint(path)
+  where = f"{model_dir.rstrip('/')}/{STEP_PREFIX}_{step}"
   manager = ocp.CheckpointManager(
       model_dir, item_names=("params", "meta"),
       options=ocp.CheckpointManagerOptions(step_prefix=STEP_PREFIX, read_only=True))
   try:
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-    check_compatible(meta["param_shapes"], param_shapes(params_abstract),
-                     f"{model_dir.rstrip('/')}/{STEP_PREFIX}_{step}")
+    check_vocabulary(meta, vocabulary, where)  # first: another vocabulary explains a shape
+    check_compatible(meta["param_shapes"], param_shapes(params_abstract), where)
     params = manager.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(_abstract(params_abstract, params_shardings))))["params"]
   finally:
     manager.close()
   return params, step
+
+
+class VocabularyMismatchError(CheckpointMismatchError):
+  """A checkpoint was trained with another vocabulary than the one its parameters would be fed."""
+
+
+def check_vocabulary(meta: Mapping[str, Any], vocabulary: Mapping[str, Mapping[str, Any]] | None,
+                     where: str) -> None:
+  """Raises VocabularyMismatchError when `vocabulary` differs from the checkpoint's record.
+
+  The record (`meta['vocabulary']`, written by `t2t.train` from
+  `t2t.training.input_state.run_meta`) holds each feature's vocabulary class, size, extra ids
+  and a hash of its SentencePiece model. Checkpoints written before t2t recorded it (or by tools
+  such as convert_checkpoint) carry none and load unchecked; so does a call with
+  `vocabulary=None`. Only the features both name are compared.
+
+  Equal shapes do not make a vocabulary fit: another SentencePiece model of the same size
+  passes every shape check and silently gives each token another token's embedding.
+  """
+  from t2t.data import vocabularies  # pylint: disable=g-import-not-at-top
+  saved = meta.get("vocabulary")
+  if not saved or not vocabulary:
+    return
+  diffs = vocabularies.differences(saved, vocabulary)
+  if diffs:
+    raise VocabularyMismatchError(
+        f"The checkpoint at {where} was trained with another vocabulary: {'; '.join(diffs)}. "
+        "Its embeddings would be read with other token ids: use the vocabulary it was trained "
+        "with (the task's output features and the model's input/output vocabulary), or a "
+        "checkpoint trained with this one.")
 
 
 # --- Partial restore: load what fits, initialise the rest -----------------------------------------
@@ -395,7 +430,9 @@ def _subtree(tree: Any, names: set[str]) -> dict:
 def restore_params(path: str, params_abstract: Any, params_shardings: Any,
                    init_params: Callable[[], Any], partial: bool = False,
                    reinitialize: Sequence[str] = (),
-                   added: Sequence[str] = ()) -> tuple[Any, int, RestorePlan]:
+                   added: Sequence[str] = (),
+                   vocabulary: Mapping[str, Mapping[str, Any]] | None = None,
+                   ) -> tuple[Any, int, RestorePlan]:
   """Initial parameters for a run from another run's checkpoint (parameters only).
 
   Without `partial` (and no `reinitialize` patterns) every parameter must match, as in
@@ -405,6 +442,10 @@ def restore_params(path: str, params_abstract: Any, params_shardings: Any,
   Model parameters the checkpoint lacks whose path matches an `added` pattern (`re.search`;
   the adapters, prompts and LoRA factors a fine-tuning method adds to a pre-trained model,
   `t2t.training.adaptation.ADDED_PATTERNS`) start fresh without `partial`.
+  `vocabulary` ({feature: fingerprint}, the run's) must match the checkpoint's record
+  (`check_vocabulary`; VocabularyMismatchError otherwise), partial restores included: a new head
+  does not change what the loaded token embedding (T5's, shared by encoder, decoder and the
+  logits) means, and a same-sized vocabulary would pass every shape check.
   Returns (params, checkpoint step, plan).
   """
   model_dir, step = resolve_checkpoint(path)
@@ -414,6 +455,7 @@ def restore_params(path: str, params_abstract: Any, params_shardings: Any,
       options=ocp.CheckpointManagerOptions(step_prefix=STEP_PREFIX, read_only=True))
   try:
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    check_vocabulary(meta, vocabulary, where)
     expected = param_shapes(params_abstract)
     plan = plan_restore(meta["param_shapes"], expected, reinitialize)
     if not partial:  # everything must match, except what the patterns re-initialise

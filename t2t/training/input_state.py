@@ -87,27 +87,50 @@ def restore(iterator: Any, model_dir: str, step: int) -> None:
 
 
 def run_meta(mixture_or_task_name: str, batch_size: int, task_feature_lengths: Mapping[str, int],
-             use_packing: bool, use_cached_tasks: bool) -> dict[str, Any]:
-  """What the training stream is built from, for the checkpoint's `meta` (JSON)."""
-  return {"mixture_or_task_name": mixture_or_task_name, "batch_size": int(batch_size),
+             use_packing: bool, use_cached_tasks: bool,
+             vocabulary: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+  """What the training stream is built from, for the checkpoint's `meta` (JSON).
+
+  `vocabulary` ({feature: t2t.data.vocabularies.fingerprint}) defaults to the registered task's
+  or mixture's output-feature vocabularies (class, size, extra ids, a SentencePiece model hash);
+  a name seqio does not know gets no record. `checkpoints.load_params` / `restore_params` compare
+  it with the vocabulary of a run that loads the checkpoint's parameters.
+  """
+  from t2t.data import registry, vocabularies  # pylint: disable=g-import-not-at-top
+  meta = {"mixture_or_task_name": mixture_or_task_name, "batch_size": int(batch_size),
           "task_feature_lengths": {k: int(v) for k, v in sorted(task_feature_lengths.items())},
           "use_packing": bool(use_packing), "num_hosts": jax.process_count(),
           "use_cached_tasks": bool(use_cached_tasks)}
+  if vocabulary is None and mixture_or_task_name in registry.registered_names():
+    vocabulary = vocabularies.task_record(registry.get_mixture_or_task(mixture_or_task_name))
+  if vocabulary is not None:
+    meta["vocabulary"] = {k: dict(v) for k, v in sorted(vocabulary.items())}
+  return meta
 
 
 _LABELS = {"mixture_or_task_name": "MIXTURE_OR_TASK_NAME", "batch_size": "BATCH_SIZE",
            "task_feature_lengths": "TASK_FEATURE_LENGTHS", "use_packing": "USE_PACKING",
            "num_hosts": "host count (jax.process_count())",
-           "use_cached_tasks": "USE_CACHED_TASKS"}
+           "use_cached_tasks": "USE_CACHED_TASKS", "vocabulary": "the vocabulary"}
 
 
 def check_resumable(saved: Mapping[str, Any], current: Mapping[str, Any], where: str) -> None:
   """Raises ResumeMismatchError naming every setting in `current` that differs from `saved`.
 
-  Settings the checkpoint does not record (written by an older t2t) are not checked.
+  Settings the checkpoint does not record (written by an older t2t) are not checked. A changed
+  vocabulary is named feature by feature (class, size, extra ids, SentencePiece model hash).
   """
-  changed = [f"{_LABELS.get(k, k)} was {saved[k]!r}, now {v!r}"
-             for k, v in current.items() if k in saved and _normalise(saved[k]) != _normalise(v)]
+  from t2t.data import vocabularies  # pylint: disable=g-import-not-at-top
+  changed = []
+  for k, v in current.items():
+    if k not in saved or _normalise(saved[k]) == _normalise(v):
+      continue
+    if k == "vocabulary":  # the features both hold (another task is named by its own setting)
+      diffs = vocabularies.differences(saved[k], v)
+      if diffs:
+        changed.append(f"{_LABELS[k]} changed ({'; '.join(diffs)})")
+    else:
+      changed.append(f"{_LABELS.get(k, k)} was {saved[k]!r}, now {v!r}")
   if changed:
     raise ResumeMismatchError(
         f"Cannot resume the run in {where}: its input stream was built with other settings: "

@@ -86,7 +86,10 @@ def train_batches(mixture_or_task_name: str, task_feature_lengths: Mapping[str, 
   `input_threads()` (gin).
   """
   # Clear errors for an unknown name, a missing split, or data that would have to be downloaded.
-  registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), split)
+  provider = registry.get_mixture_or_task(mixture_or_task_name)
+  registry.check_split_readable(provider, split)
+  # An empty split would hang (repeat() of an all-filtered source) or end the stream at step 0.
+  registry.check_split_not_empty(provider, split, task_feature_lengths, use_cached=use_cached)
   ds = per_host_dataset(mixture_or_task_name, task_feature_lengths, feature_converter,
                         batch_size, seed=seed, split=split, shuffle=shuffle, use_cached=use_cached)
   if skip_batches:

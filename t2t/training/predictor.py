@@ -47,8 +47,13 @@ class Predictor:
                       input_shapes: Mapping[str, tuple[int, ...]],
                       partitioner: Partitioner | None = None, batch_size: int = 32,
                       max_decode_length: int | None = None,
-                      bucket_lengths: bool = True) -> "Predictor":
-    """Loads parameters from a model directory (latest step) or a checkpoint_<N> directory."""
+                      bucket_lengths: bool = True,
+                      vocabulary: Mapping[str, Mapping[str, Any]] | None = None) -> "Predictor":
+    """Loads parameters from a model directory (latest step) or a checkpoint_<N> directory.
+
+    `vocabulary` ({feature: t2t.data.vocabularies.fingerprint}) is what the examples will be
+    tokenised with; a checkpoint that records another is refused (checkpoints.check_vocabulary).
+    """
     partitioner = partitioner or Partitioner()
     partitioner.check_batch_size(batch_size)
     with partitioner.activation_context():
@@ -56,7 +61,7 @@ class Predictor:
           lambda rng: model.get_initial_variables(rng, dict(input_shapes))["params"],
           jax.random.PRNGKey(0))
     params, step = checkpoints.load_params(checkpoint_path, nn.unbox(boxed),
-                                           partitioner.shardings_for(boxed))
+                                           partitioner.shardings_for(boxed), vocabulary)
     predictor = cls(model, params, partitioner, batch_size, max_decode_length, bucket_lengths)
     predictor.step = step
     return predictor

@@ -103,3 +103,30 @@ def test_eval_predictions_file_goes_to_a_bucket(bucket):
   rows = [json.loads(line) for line in
           (bucket / "bucket/eval/toy.predictions.jsonl").read_text().splitlines()]
   assert len(rows) == 2 and rows[0]["prediction"] == rows[0]["target"]
+
+
+def test_check_writable_creates_a_local_dir_and_leaves_nothing_behind(tmp_path):
+  paths.check_writable(tmp_path / "new" / "run")
+  assert (tmp_path / "new" / "run").is_dir() and not list((tmp_path / "new" / "run").iterdir())
+  (tmp_path / "kept.txt").write_text("mine")
+  paths.check_writable(tmp_path)  # an existing directory: its files untouched
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt", "new"]
+  assert (tmp_path / "kept.txt").read_text() == "mine"
+
+
+def test_check_writable_refuses_a_file_and_a_path_under_a_file(tmp_path):
+  (tmp_path / "f").write_text("data")
+  with pytest.raises(paths.UnwritableDirError, match=r"MODEL_DIR '.*/f' is an existing file"):
+    paths.check_writable(tmp_path / "f")
+  with pytest.raises(paths.UnwritableDirError,
+                     match=r"EVAL_OUTPUT_DIR '.*/f/run' cannot be written \(Not a directory"):
+    paths.check_writable(tmp_path / "f" / "run", "EVAL_OUTPUT_DIR")
+  assert (tmp_path / "f").read_text() == "data"
+
+
+def test_check_writable_in_a_bucket(bucket):
+  paths.check_writable("gs://bucket/run")
+  assert (bucket / "bucket/run").is_dir() and not list((bucket / "bucket/run").iterdir())
+  (bucket / "bucket/file").write_text("x")
+  with pytest.raises(paths.UnwritableDirError, match="MODEL_DIR 'gs://bucket/file' is an existing"):
+    paths.check_writable("gs://bucket/file")

@@ -37,9 +37,9 @@ train.py does). Files that belong to a step but are written outside orbax (each 
 iterator state, in a *side directory* `MODEL_DIR/<side>/checkpoint_<N>/`) are written by
 `save`'s `before` callback synchronously BEFORE the orbax save of step N starts, so they are
 complete whenever orbax lists step N as finalised -- a kill at any moment leaves either no step
-N (the side files are then an orphan, rewritten when step N is saved again and otherwise
-removed) or a step N with all its files. Process 0 removes the side directories of steps orbax
-no longer lists once a save has finished. A pending save is finished (`wait`) before the next
+N (the side files are then an orphan, never read) or a step N with all its files. Process 0
+removes the side directories of steps orbax does not list when a Checkpointer opens the
+directory and once each save has finished. A pending save is finished (`wait`) before the next
 one starts and in `close`; its errors surface there.
 
 Disk full: an ENOSPC while writing step N (in `save` or, for a background write, in `wait`)
@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import logging
 import os
 import re
 import shutil
@@ -122,6 +123,33 @@ def _abstract(tree: Any, shardings: Any) -> Any:
                       tree, shardings)
 
 
+class _BackgroundWriteErrors(logging.Filter):
+  """Drops the error logs of orbax's background threads (and of asyncio's tasks they leave
+  behind) about writes under a Checkpointer's directory.
+
+  The error itself is raised again in the main thread by `Checkpointer.wait` -- one line for a
+  full disk, with its traceback otherwise -- so these logs would only bury that message
+  under several tracebacks of the same failure.
+  """
+
+  def __init__(self):
+    super().__init__()
+    self.model_dirs: set[str] = set()
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.levelno < logging.ERROR or not self.model_dirs:
+      return True
+    text = record.getMessage()
+    if record.exc_info and record.exc_info[1] is not None:
+      text += " " + str(record.exc_info[1])
+    return not any(f"{d}/{STEP_PREFIX}_" in text for d in self.model_dirs)
+
+
+_BACKGROUND_ERRORS = _BackgroundWriteErrors()
+for _name in ("absl", "asyncio"):
+  logging.getLogger(_name).addFilter(_BACKGROUND_ERRORS)
+
+
 class Checkpointer:
   """Saves and restores training state in a model directory."""
 
@@ -131,12 +159,14 @@ class Checkpointer:
     self.model_dir = paths.to_str(model_dir)
     self.side_dirs = tuple(side_dirs)
     self._pending: int | None = None  # the step whose asynchronous save may still be running
+    _BACKGROUND_ERRORS.model_dirs.add(self.model_dir.rstrip("/"))
     self._manager = ocp.CheckpointManager(
         self.model_dir,
         item_names=("params", "opt_state", "meta"),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=keep, step_prefix=STEP_PREFIX, create=True,
             cleanup_tmp_directories=True, enable_async_checkpointing=True))
+    self._prune_side_dirs()  # orphans of a run killed mid-save, or before its clean-up
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()

@@ -73,9 +73,10 @@ def _install(kind: str, step: int) -> None:
 
 
 def _register_mixture() -> None:
-  import seqio
+  import importlib
 
-  import tasks.bbc  # noqa: F401  (registers the BBC tasks)
+  import seqio
+  importlib.import_module("tasks.bbc")  # registers the BBC tasks
   if MIXTURE not in seqio.MixtureRegistry.names():
     seqio.MixtureRegistry.add(MIXTURE, [("bbc_span_corruption", 1.0), ("bbc_topic", 1.0)])
 

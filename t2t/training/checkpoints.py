@@ -305,12 +305,12 @@ class Checkpointer:
     """Cleans up after a failed save of `step`; raises DiskFullError when the disk is full."""
     if not _is_disk_full(error):
       return  # an unexpected error keeps its traceback
+    self._drain_background_writes()
     if distributed.is_writer():  # removing frees space; orbax never lists a tmp dir anyway
       for side in self.side_dirs:
         _remove(self.side_step_dir(side, step))
-      # Other items' background writes may still be running into the tmp directory (orbax
-      # reports the first failure without waiting for the rest): remove it until it stays
-      # gone. One that is recreated later is removed when MODEL_DIR is next opened.
+      # Should a write still run into the tmp directory, remove it until it stays gone; one
+      # recreated later is removed when MODEL_DIR is next opened.
       for _ in range(20):
         tmp = list(paths.resolve(self.model_dir).glob(f"{STEP_PREFIX}_{step}{TMP_SUFFIX}*"))
         if not tmp:
@@ -326,6 +326,20 @@ class Checkpointer:
         f"No space left on the device while writing checkpoint {step} to {self.model_dir} "
         f"({_first_line(error)}); {intact}. Free some space (or lower "
         "train.keep_checkpoints) and rerun the same command to resume.") from error
+
+  def _drain_background_writes(self, timeout: float = 120.0) -> None:
+    """Waits for the other item writes of a failed asynchronous save to end.
+
+    orbax raises the first failure without waiting for the rest; removing the tmp directory
+    under them, or exiting while they run, would print a cascade of their errors. (orbax has
+    no public API for this: its commit futures are looked up defensively.)
+    """
+    async_manager = getattr(getattr(self._manager, "_checkpointer", None), "_async_manager", None)
+    for f in getattr(async_manager, "_commit_futures", None) or ():
+      try:
+        f.result(timeout=timeout)
+      except Exception:  # noqa: BLE001  (their errors are the one being reported, or follow it)
+        pass
 
   def restore(self, step: int, params: Any, params_shardings: Any, opt_state: Any,
               opt_state_shardings: Any, checked: bool = False) -> tuple[Any, Any, dict[str, Any]]:

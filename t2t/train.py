@@ -25,6 +25,16 @@ stops at the same step (t2t.training.preemption). Unlike an early stop this writ
 stopped.json: rerunning the same command resumes with the same batches. A second SIGINT
 interrupts at once. A corrupted latest checkpoint is reported and the previous one is used
 (t2t.training.checkpoints).
+
+Checkpoints are written asynchronously (`train.async_checkpoints`, default True): the arrays
+are copied to host memory and training goes on while a background thread writes them. Each
+host's input state is written before its step's orbax save starts, and a resume uses only steps
+orbax finalised, so a run killed at any moment (SIGKILL, a crash, mid-write) and restarted with
+the same command continues with exactly the batches and losses of an uninterrupted run. On a
+resume, `metrics.jsonl` is cut back to the rows up to the resumed step (a killed run may have
+logged steps past its last checkpoint; the rerun logs them again). A full disk while saving ends
+the run with one line naming the step and MODEL_DIR (exit status 1); the previous checkpoint is
+intact and a rerun resumes from it.
 """
 from __future__ import annotations
 
@@ -71,6 +81,7 @@ def train(*,
           seed: int = 0,
           checkpoint_every: int = 1000,
           keep_checkpoints: int | None = 3,
+          async_checkpoints: bool = True,
           log_every: int = 10,
           use_cached_tasks: bool = False,
           cache_dirs: Sequence[str] = (),
@@ -81,7 +92,9 @@ def train(*,
   `config.gin`, TensorBoard events under `train/`, and `metrics.jsonl`. With `validation`:
   also `best/`, `validation/` events, `validation_state.json`, and `stopped.json` when the
   schedule ends the run early; per checkpoint, each host's input position under
-  `checkpoint_<step>/input_state/`. `use_cached_tasks` reads the tasks from seqio's cache,
+  `input_state/checkpoint_<step>/`. With `async_checkpoints` a save returns once the arrays
+  are on the host and the disk is written in the background (finished before the next save,
+  a preemption exit, and before this returns). `use_cached_tasks` reads the tasks from seqio's cache,
   looked up in `cache_dirs` (and seqio's global cache dirs).
   """
   inputs.limit_tf_threads()
@@ -100,7 +113,8 @@ def train(*,
     optimizer = optim.with_lr_scale(optimizer)
   tr = trainer_lib.Trainer(model, optimizer, partitioner, input_shapes, seed=seed)
 
-  ckpt = checkpoints.Checkpointer(model_dir, keep=keep_checkpoints)
+  ckpt = checkpoints.Checkpointer(model_dir, keep=keep_checkpoints,
+                                  side_dirs=(input_state.STATE_DIR,))
   stream_meta = input_state.run_meta(mixture_or_task_name, batch_size, task_feature_lengths,
                                      use_packing, use_cached_tasks)
   try:  # the newest checkpoint that reads back whole (a corrupted one is reported, set aside)
@@ -136,6 +150,7 @@ def train(*,
   config.write_operative_config(model_dir)
 
   start = int(jax.device_get(state.step))
+  _truncate_metrics(model_dir, start)  # steps a killed run logged past its last checkpoint
   batches = _resumed_batches(model_dir, latest, batches_consumed, mixture_or_task_name,
                              task_feature_lengths, converter, batch_size, seed, use_cached_tasks)
   writer = reporting.MetricsWriter(model_dir, "train")
@@ -151,25 +166,31 @@ def train(*,
   input_state_saveable = True
 
   def save(step, state):
-    nonlocal last_saved, input_state_saveable
+    nonlocal last_saved
     # A sync here is fine (saving syncs anyway): with Trainer.on_nonfinite = 'stop' a state
     # after a non-finite step is never saved (NonFiniteError), so the last checkpoint stays good.
     tr.check_finite(step, state)
     if step != last_saved:  # an early stop saves, perhaps at a step just checkpointed
+      # The input state is written first (`before`), then orbax saves in the background.
       ckpt.save(step, state.params, state.opt_state,
-                {"batches_consumed": batches_consumed + step - start, **stream_meta})
-      if input_state_saveable:  # `step` batches drawn in all: the hooks run after each step
-        try:
-          input_state.save(batches, ckpt.model_dir, step)
-        except input_state.NotCheckpointableError as e:
-          input_state_saveable = False
-          reporting.announce(
-              f"The input pipeline of {mixture_or_task_name!r} cannot be checkpointed ({e}); "
-              "checkpoints hold no input state, so a resume will replay the stream.")
+                {"batches_consumed": batches_consumed + step - start, **stream_meta},
+                before=save_input_state, blocking=not async_checkpoints)
       last_saved = step
+
+  def save_input_state(step):
+    nonlocal input_state_saveable
+    if input_state_saveable:  # `step` batches drawn in all: the hooks run after each step
+      try:
+        input_state.save(batches, ckpt.model_dir, step)
+      except input_state.NotCheckpointableError as e:
+        input_state_saveable = False
+        reporting.announce(
+            f"The input pipeline of {mixture_or_task_name!r} cannot be checkpointed ({e}); "
+            "checkpoints hold no input state, so a resume will replay the stream.")
 
   def stop(step, state, reason):
     save(step, state)
+    ckpt.wait()  # the checkpoint is on disk before the run says so and exits
     if reason == preemption.PREEMPTED:  # not an early stop: a rerun resumes from here
       reporting.announce(f"Preempted at step {step}: checkpoint saved; rerun the same command "
                          "to resume.")
@@ -187,6 +208,7 @@ def train(*,
   all_hooks = [report, *validate, trainer_lib.every(checkpoint_every, save, last=train_steps),
                *hooks, preempted.hook]
   stopped = _stopped_at(model_dir, start)
+  finished = False
   try:
     preempted.install()  # SIGTERM/SIGINT: finish the step, save, exit cleanly
     if stopped:
@@ -198,14 +220,61 @@ def train(*,
     else:
       reporting.announce(
           f"MODEL_DIR already holds step {start} >= TRAIN_STEPS={train_steps}; nothing to train.")
+    finished = True
   finally:
     preempted.uninstall()
     progress.close()
     writer.close()
-    ckpt.close()
-    # Again at the end: gin adds `train`'s own bindings once the call has been made.
-    config.write_operative_config(model_dir)
+    try:
+      # Again at the end: gin adds `train`'s own bindings once the call has been made.
+      config.write_operative_config(model_dir)
+    finally:
+      _close(ckpt, raise_errors=finished)  # waits for the save in flight
   return state
+
+
+def _close(ckpt: checkpoints.Checkpointer, raise_errors: bool) -> None:
+  """Closes `ckpt`, finishing its pending save. On an error path (`raise_errors` False) a
+  failure of that save is reported in one line and the error already raised goes on."""
+  try:
+    ckpt.close()
+  except Exception as e:  # noqa: BLE001
+    if raise_errors:
+      raise
+    reporting.announce(f"The checkpoint being written could not be finished either: "
+                       f"{type(e).__name__}: {str(e).strip()[:300]}")
+
+
+def _truncate_metrics(model_dir: str, step: int) -> None:
+  """Drops the rows of MODEL_DIR/metrics.jsonl logged after `step` (process 0).
+
+  A run killed after step S logged steps past its last checkpoint C < S; the rerun resumes at
+  C and logs C+1.. again, so the file keeps one row per step and split, as an uninterrupted
+  run's. (TensorBoard's event files keep both: it plots the later ones over the earlier.)
+  """
+  path = paths.resolve(model_dir) / "metrics.jsonl"
+  if not distributed.is_writer() or not path.exists():
+    return
+  lines = path.read_text().splitlines(keepends=True)
+  kept = [line for line in lines if _row_step(line) <= step]
+  if len(kept) == len(lines):
+    return
+  if paths.is_url(model_dir):
+    path.write_text("".join(kept))
+  else:  # written aside and renamed: a kill now leaves the old file or the new one
+    tmp = path.parent / (path.name + ".tmp")
+    tmp.write_text("".join(kept))
+    os.replace(tmp, path)
+
+
+def _row_step(line: str) -> float:
+  """A metrics row's step; infinity for a line that does not parse (a killed run's torn last
+  line, dropped), 0 for a row without one (kept)."""
+  try:
+    row = json.loads(line)
+    return float(row.get("step", 0)) if isinstance(row, dict) else float("inf")
+  except ValueError:
+    return float("inf")
 
 
 STOPPED = "stopped.json"

@@ -22,7 +22,8 @@ extra ones are skipped, and name patterns force a fresh start (a new head per ph
 STILTs and jiant protocols do). The restore prints which parameters went where.
 
 Atomicity: orbax writes a step into `checkpoint_<N>.orbax-checkpoint-tmp*` and renames it when
-complete, and never lists such a directory as a step, so an interrupted write is never restored.
+complete, and never lists such a directory as a step, so an interrupted write is never restored
+(leftover tmp directories are removed when the next Checkpointer opens the directory).
 A finished checkpoint damaged later (a truncated or garbled file) is caught by
 `Checkpointer.restore_latest_good`: it reports the step and file in one line, moves the directory
 aside to `checkpoint_<N>.corrupt` (not a step name, so orbax neither restores it nor counts it
@@ -30,15 +31,31 @@ against `keep`) and restores the previous one. Retention then never deletes the 
 checkpoint: orbax removes old steps only after a new one is finalised, and the damaged ones are
 no longer counted.
 
-Saves are synchronous (`enable_async_checkpointing=False`): train.py writes each host's input
-state into `checkpoint_<N>/input_state/` right after `save`, which needs the step's directory to
-be final; with asynchronous saves it would still be a tmp directory at that point.
+Asynchronous saves: orbax copies the arrays to host memory in `save` and writes them in a
+background thread, so training goes on while the disk works (`save(..., blocking=False)`, as
+train.py does). Files that belong to a step but are written outside orbax (each host's input
+iterator state, in a *side directory* `MODEL_DIR/<side>/checkpoint_<N>/`) are written by
+`save`'s `before` callback synchronously BEFORE the orbax save of step N starts, so they are
+complete whenever orbax lists step N as finalised -- a kill at any moment leaves either no step
+N (the side files are then an orphan, never read) or a step N with all its files. Process 0
+removes the side directories of steps orbax does not list when a Checkpointer opens the
+directory and once each save has finished. A pending save is finished (`wait`) before the next
+one starts and in `close`; its errors surface there.
+
+Disk full: an ENOSPC while writing step N (in `save` or, for a background write, in `wait`)
+raises DiskFullError, one line naming the step and MODEL_DIR; the partial tmp directory and
+step N's side files are removed, and the previous checkpoint (orbax deletes old steps only
+after a new one is finalised) is intact for a rerun.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
+import logging
 import os
 import re
+import shutil
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -59,7 +76,12 @@ class CorruptCheckpointError(errors.UserError):
   """Every checkpoint in a model directory is unreadable (nothing good to resume from)."""
 
 
+class DiskFullError(errors.UserError):
+  """The disk (or bucket quota) filled up while a checkpoint was written; the previous one is intact."""
+
+
 CORRUPT_SUFFIX = ".corrupt"
+TMP_SUFFIX = ".orbax-checkpoint-tmp"  # orbax's name for a step directory being written
 
 
 def param_shapes(params: Any) -> dict[str, list[int]]:
@@ -101,17 +123,50 @@ def _abstract(tree: Any, shardings: Any) -> Any:
                       tree, shardings)
 
 
+class _BackgroundWriteErrors(logging.Filter):
+  """Drops the error logs of orbax's background threads (and of asyncio's tasks they leave
+  behind) about writes under a Checkpointer's directory.
+
+  The error itself is raised again in the main thread by `Checkpointer.wait` -- one line for a
+  full disk, with its traceback otherwise -- so these logs would only bury that message
+  under several tracebacks of the same failure.
+  """
+
+  def __init__(self):
+    super().__init__()
+    self.model_dirs: set[str] = set()
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.levelno < logging.ERROR or not self.model_dirs:
+      return True
+    text = record.getMessage()
+    if record.exc_info and record.exc_info[1] is not None:
+      text += " " + str(record.exc_info[1])
+    return not any(f"{d}/{STEP_PREFIX}_" in text for d in self.model_dirs)
+
+
+_BACKGROUND_ERRORS = _BackgroundWriteErrors()
+for _name in ("absl", "asyncio"):
+  logging.getLogger(_name).addFilter(_BACKGROUND_ERRORS)
+
+
 class Checkpointer:
   """Saves and restores training state in a model directory."""
 
-  def __init__(self, model_dir: str, keep: int | None = 3):
+  def __init__(self, model_dir: str, keep: int | None = 3, side_dirs: Sequence[str] = ()):
+    """`side_dirs`: directories under `model_dir` holding per-step files written outside orbax
+    (`<side>/checkpoint_<N>/`), kept and removed with their steps (see the module docstring)."""
     self.model_dir = paths.to_str(model_dir)
+    self.side_dirs = tuple(side_dirs)
+    self._pending: int | None = None  # the step whose asynchronous save may still be running
+    _BACKGROUND_ERRORS.model_dirs.add(self.model_dir.rstrip("/"))
     self._manager = ocp.CheckpointManager(
         self.model_dir,
         item_names=("params", "opt_state", "meta"),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=keep, step_prefix=STEP_PREFIX, create=True,
-            enable_async_checkpointing=False))
+            cleanup_tmp_directories=True, enable_async_checkpointing=True))
+    self._prune_side_dirs()  # orphans of a run killed mid-save, or before its clean-up
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
@@ -188,13 +243,103 @@ class Checkpointer:
     self._manager.reload()
     return error
 
-  def save(self, step: int, params: Any, opt_state: Any, meta: Mapping[str, Any]) -> None:
+  def save(self, step: int, params: Any, opt_state: Any, meta: Mapping[str, Any],
+           before: Callable[[int], None] | None = None, blocking: bool = True) -> None:
+    """Saves step `step`: parameters, optimizer state and `meta` (JSON).
+
+    Finishes a pending save first. `before(step)` then writes the step's side files (every
+    host its own) before orbax starts, so a finalised step always has them. With `blocking`
+    False the arrays are copied to the host and written in the background: call `wait` (or
+    the next `save`, or `close`) to finish. Raises DiskFullError when the disk fills up.
+    """
+    self.wait()
     meta = {**meta, "step": int(step), "param_shapes": param_shapes(params)}
     items = {"params": ocp.args.StandardSave(params), "meta": ocp.args.JsonSave(meta)}
     if jax.tree.leaves(opt_state):  # a stateless optimizer (SGD) has nothing to save
       items["opt_state"] = ocp.args.StandardSave(opt_state)
-    self._manager.save(step, args=ocp.args.Composite(**items), force=True)
-    self._manager.wait_until_finished()
+    try:
+      if before is not None:
+        if distributed.is_writer():  # an orphan of an interrupted run must not mix in
+          for side in self.side_dirs:
+            _remove(self.side_step_dir(side, step))
+        distributed.sync(f"t2t_side_dirs_cleared_{step}")
+        before(step)
+      self._pending = step
+      self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    except BaseException as e:
+      self._pending = None
+      self._failed(step, e)
+      raise
+    if blocking:
+      self.wait()
+
+  def wait(self) -> None:
+    """Finishes a pending asynchronous save, then removes the side directories of the steps
+    orbax no longer keeps. Raises DiskFullError when the disk filled up during the write."""
+    step, self._pending = self._pending, None
+    if step is None:
+      return
+    try:
+      self._manager.wait_until_finished()
+    except BaseException as e:
+      self._failed(step, e)
+      raise
+    self._prune_side_dirs()
+
+  def side_step_dir(self, side: str, step: int) -> str:
+    """MODEL_DIR/<side>/checkpoint_<step>: where files of `step` written outside orbax go."""
+    return f"{self.model_dir.rstrip('/')}/{side}/{STEP_PREFIX}_{step}"
+
+  def _prune_side_dirs(self) -> None:
+    if not self.side_dirs or not distributed.is_writer():
+      return
+    keep = {f"{STEP_PREFIX}_{s}" for s in self._manager.all_steps()}
+    for side in self.side_dirs:
+      root = paths.resolve(f"{self.model_dir.rstrip('/')}/{side}")
+      if root.exists():
+        for d in root.iterdir():
+          if d.name.startswith(STEP_PREFIX + "_") and d.name not in keep:
+            _remove(os.fspath(d))
+
+  def _failed(self, step: int, error: BaseException) -> None:
+    """Cleans up after a failed save of `step`; raises DiskFullError when the disk is full."""
+    if not _is_disk_full(error):
+      return  # an unexpected error keeps its traceback
+    self._drain_background_writes()
+    if distributed.is_writer():  # removing frees space; orbax never lists a tmp dir anyway
+      for side in self.side_dirs:
+        _remove(self.side_step_dir(side, step))
+      # Should a write still run into the tmp directory, remove it until it stays gone; one
+      # recreated later is removed when MODEL_DIR is next opened.
+      for _ in range(20):
+        tmp = list(paths.resolve(self.model_dir).glob(f"{STEP_PREFIX}_{step}{TMP_SUFFIX}*"))
+        if not tmp:
+          break
+        for path in tmp:
+          _remove(os.fspath(path))
+        time.sleep(0.1)
+    self._manager.reload()  # what is on disk now: the failed step is not
+    previous = [s for s in self._manager.all_steps() if s != step]
+    intact = (f"the previous checkpoint (step {max(previous)}) is intact" if previous else
+              "there is no earlier checkpoint")
+    raise DiskFullError(
+        f"No space left on the device while writing checkpoint {step} to {self.model_dir} "
+        f"({_first_line(error)}); {intact}. Free some space (or lower "
+        "train.keep_checkpoints) and rerun the same command to resume.") from error
+
+  def _drain_background_writes(self, timeout: float = 120.0) -> None:
+    """Waits for the other item writes of a failed asynchronous save to end.
+
+    orbax raises the first failure without waiting for the rest; removing the tmp directory
+    under them, or exiting while they run, would print a cascade of their errors. (orbax has
+    no public API for this: its commit futures are looked up defensively.)
+    """
+    async_manager = getattr(getattr(self._manager, "_checkpointer", None), "_async_manager", None)
+    for f in getattr(async_manager, "_commit_futures", None) or ():
+      try:
+        f.result(timeout=timeout)
+      except Exception:  # noqa: BLE001  (their errors are the one being reported, or follow it)
+        pass
 
   def restore(self, step: int, params: Any, params_shardings: Any, opt_state: Any,
               opt_state_shardings: Any, checked: bool = False) -> tuple[Any, Any, dict[str, Any]]:
@@ -209,11 +354,54 @@ class Checkpointer:
     return out["params"], out.get("opt_state", opt_state), dict(out["meta"])
 
   def close(self) -> None:
-    self._manager.close()
+    """Finishes a pending save (raising its error) and releases orbax's threads."""
+    try:
+      self.wait()
+    finally:
+      self._manager.close()
 
 
 def _is_resource_failure(e: BaseException) -> bool:
   return isinstance(e, MemoryError) or "RESOURCE_EXHAUSTED" in str(e)
+
+
+_DISK_FULL_TEXT = (os.strerror(errno.ENOSPC), "os_error_code='28'", "No space left on device")
+
+
+def _is_disk_full(e: BaseException | None) -> bool:
+  """Whether `e` (or an exception it was raised from) says the disk is full (ENOSPC).
+
+  orbax may re-raise the OSError of a background write, or tensorstore and TensorFlow may
+  report it as their own error with the OS's text; both are recognised.
+  """
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+      return True
+    if any(text in str(e) for text in _DISK_FULL_TEXT):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip()
+  return (text.splitlines()[0][:200] if text else type(e).__name__)
+
+
+def _remove(path: str) -> None:
+  """Removes a file or directory tree if it is there (local path or URL)."""
+  p = paths.resolve(path)
+  if paths.is_url(path):
+    if p.is_dir():
+      p.rmtree()
+    elif p.exists():
+      p.unlink()
+  elif os.path.isdir(p):
+    shutil.rmtree(p, ignore_errors=True)
+  elif os.path.lexists(p):
+    os.remove(p)
 
 
 def _culprit_file(message: str, step_dir: str) -> str | None:

@@ -1,11 +1,15 @@
 """The input pipeline's position, saved with each checkpoint, so that a resume never replays data.
 
-Every host saves its OWN tf.data iterator state (`tf.train.Checkpoint(iterator=...)`) into the
-checkpoint step directory that orbax wrote: `MODEL_DIR/checkpoint_<step>/input_state/process_<i>`
-(`.index` + `.data-*` files). Restoring it puts the rebuilt pipeline exactly where it was --
-shuffle buffer, random preprocessors' seeds, packing state and prefetched batches included -- in
-time that does not depend on the step (about the size of the buffers, a few MB). orbax's
-`max_to_keep` removes the state with its step directory.
+Every host saves its OWN tf.data iterator state (`tf.train.Checkpoint(iterator=...)`) to
+`MODEL_DIR/input_state/checkpoint_<step>/process_<i>` (`.index` + `.data-*` files), a side
+directory of the checkpoint (t2t.training.checkpoints): it is written synchronously BEFORE the
+(asynchronous) orbax save of the step starts, and a resume reads only the state of a step orbax
+lists as finalised, so the state always belongs to its step, whenever the process is killed.
+Process 0 removes a state when orbax removes its step. Restoring it puts the rebuilt pipeline
+exactly where it was -- shuffle buffer, random preprocessors' seeds, packing state and
+prefetched batches included -- in time that does not depend on the step (about the size of the
+buffers, a few MB). Runs written before this layout kept the state inside the step directory,
+`MODEL_DIR/checkpoint_<step>/input_state/process_<i>`; it is still read from there.
 
 Why iterator checkpointing and not index-based reads: seqio's streams are tf.data pipelines
 (shuffle buffers, packing, mixtures sampling among tasks, random objectives) with no cheap map
@@ -35,16 +39,39 @@ class ResumeMismatchError(ValueError):
   """The run's input settings differ from those the checkpoint in MODEL_DIR was written with."""
 
 
-def state_prefix(model_dir: str, step: int, process_index: int | None = None) -> str:
-  """MODEL_DIR/checkpoint_<step>/input_state/process_<i>: this host's state files' prefix."""
+def step_dir(model_dir: str, step: int) -> str:
+  """MODEL_DIR/input_state/checkpoint_<step>: every host's state for the checkpoint at `step`."""
+  return os.path.join(model_dir, STATE_DIR, f"{checkpoints.STEP_PREFIX}_{step}")
+
+
+def state_prefix(model_dir: str, step: int, process_index: int | None = None,
+                 legacy: bool = False) -> str:
+  """MODEL_DIR/input_state/checkpoint_<step>/process_<i>: this host's state files' prefix.
+
+  With `legacy`, the older layout inside the step directory (checkpoint_<step>/input_state/).
+  """
   index = jax.process_index() if process_index is None else process_index
-  return os.path.join(model_dir, f"{checkpoints.STEP_PREFIX}_{step}", STATE_DIR,
-                      f"process_{index}")
+  if legacy:
+    return os.path.join(model_dir, f"{checkpoints.STEP_PREFIX}_{step}", STATE_DIR,
+                        f"process_{index}")
+  return os.path.join(step_dir(model_dir, step), f"process_{index}")
+
+
+def _saved_prefix(model_dir: str, step: int) -> str | None:
+  """This host's state prefix for `step` in the current or the older layout, if saved."""
+  for legacy in (False, True):
+    prefix = state_prefix(model_dir, step, legacy=legacy)
+    if tf.io.gfile.exists(prefix + ".index"):
+      return prefix
+  return None
 
 
 def exists(model_dir: str, step: int) -> bool:
-  """Whether this host's input state was saved with the checkpoint at `step`."""
-  return tf.io.gfile.exists(state_prefix(model_dir, step) + ".index")
+  """Whether this host's input state was saved with the checkpoint at `step`.
+
+  Only meaningful for a step orbax lists as finalised (a state is written before its step).
+  """
+  return _saved_prefix(model_dir, step) is not None
 
 
 class NotCheckpointableError(ValueError):
@@ -52,10 +79,10 @@ class NotCheckpointableError(ValueError):
 
 
 def save(iterator: Any, model_dir: str, step: int) -> str:
-  """Saves this host's iterator position beside the checkpoint at `step`; returns its prefix.
+  """Saves this host's iterator position for the checkpoint at `step`; returns its prefix.
 
-  Call it after the checkpoint is written (the step directory exists) and after exactly `step`
-  batches have been drawn in all. Raises NotCheckpointableError (tf.data's reason, one line)
+  Call it BEFORE the orbax save of `step` starts (`Checkpointer.save`'s `before`), after
+  exactly `step` batches have been drawn in all. Raises NotCheckpointableError (tf.data's reason, one line)
   when the pipeline cannot be saved; nothing is left behind then, so a resume replays.
   """
   prefix = state_prefix(model_dir, step)
@@ -75,7 +102,7 @@ def restore(iterator: Any, model_dir: str, step: int) -> None:
   Raises ValueError naming the state file when it does not match the pipeline (the task's
   preprocessing or the data changed since it was saved).
   """
-  prefix = state_prefix(model_dir, step)
+  prefix = _saved_prefix(model_dir, step) or state_prefix(model_dir, step)
   try:
     tf.train.Checkpoint(iterator=iterator).read(prefix).assert_consumed()
   except (tf.errors.OpError, AssertionError, ValueError) as e:

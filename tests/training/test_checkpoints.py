@@ -310,3 +310,110 @@ def test_an_empty_directory_has_nothing_to_restore(tmp_path):
   ckpt, restored = _restore_latest_good(tmp_path)
   assert restored is None
   ckpt.close()
+
+
+# --- Asynchronous saves, side directories, a full disk ------------------------------------------
+
+@pytest.fixture
+def slow_meta_write(monkeypatch):
+  """Holds orbax's (background) write of `meta` until the returned event is set."""
+  import asyncio
+  import threading
+
+  from orbax.checkpoint._src.handlers import json_checkpoint_handler as jh
+  release = threading.Event()
+  original = jh.JsonCheckpointHandler._save_fn
+
+  async def held(self, x, directory):
+    await asyncio.to_thread(release.wait, 60)
+    return await original(self, x, directory)
+  monkeypatch.setattr(jh.JsonCheckpointHandler, "_save_fn", held)
+  yield release
+  release.set()
+
+
+def _side_writer(tmp_path, seen):
+  def before(step):  # what train.py does with the input state: written before orbax starts
+    seen.append(sorted(os.listdir(tmp_path)))
+    d = tmp_path / "input_state" / f"checkpoint_{step}"
+    d.mkdir(parents=True)
+    (d / "process_0").write_text(str(step))
+  return before
+
+
+def test_an_asynchronous_save_returns_while_the_write_goes_on(tmp_path, slow_meta_write):
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=1, side_dirs=("input_state",))
+  params, seen = _tree(), []
+  ckpt.save(1, params, {}, {}, before=_side_writer(tmp_path, seen), blocking=False)
+  # Back in the training loop while step 1 is still being written: not finalised yet, but
+  # its side files are complete (they were written before orbax started).
+  assert seen == [[]]
+  assert "checkpoint_1" not in os.listdir(tmp_path)
+  assert (tmp_path / "input_state" / "checkpoint_1" / "process_0").read_text() == "1"
+  params = jax.tree.map(lambda x: x + 1, params)  # training goes on with new arrays
+  slow_meta_write.set()
+  ckpt.save(2, params, {}, {}, before=_side_writer(tmp_path, seen), blocking=False)
+  assert "checkpoint_1" in seen[-1]  # the pending save was finished before the next started
+  ckpt.close()  # finishes step 2; keep=1 removes step 1 and, with it, its side directory
+  assert sorted(os.listdir(tmp_path)) == ["checkpoint_2", "input_state"]
+  assert os.listdir(tmp_path / "input_state") == ["checkpoint_2"]
+  ckpt = checkpoints.Checkpointer(str(tmp_path))
+  restored, _, meta = ckpt.restore(2, _tree(), _replicated(_tree()), {}, {})
+  jax.tree.map(np.testing.assert_array_equal, restored, params)
+  assert meta["step"] == 2
+  ckpt.close()
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+  """orbax's write of a `meta` whose step is in the returned set fails with ENOSPC."""
+  import errno
+
+  from orbax.checkpoint._src.handlers import json_checkpoint_handler as jh
+  steps = set()
+  original = jh.JsonCheckpointHandler._save_fn
+
+  async def failing(self, x, directory):
+    if x.get("step") in steps:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(directory))
+    return await original(self, x, directory)
+  monkeypatch.setattr(jh.JsonCheckpointHandler, "_save_fn", failing)
+  return steps
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_a_full_disk_names_the_step_and_keeps_the_previous_checkpoint(tmp_path, full_disk,
+                                                                       blocking):
+  ckpt = checkpoints.Checkpointer(str(tmp_path), keep=1, side_dirs=("input_state",))
+  opt = {"mu": _tree()}
+  ckpt.save(1, _tree(), opt, {"batches_consumed": 1}, before=_side_writer(tmp_path, []))
+  full_disk.add(2)
+  with pytest.raises(checkpoints.DiskFullError) as e:
+    ckpt.save(2, _tree(), opt, {}, before=_side_writer(tmp_path, []), blocking=blocking)
+    ckpt.wait()  # a background write fails here
+  assert str(e.value).startswith(
+      f"No space left on the device while writing checkpoint 2 to {tmp_path} (")
+  assert "the previous checkpoint (step 1) is intact" in str(e.value)
+  assert "\n" not in str(e.value)
+  # The partial tmp directory and step 2's side files are gone; step 1 is whole.
+  assert sorted(os.listdir(tmp_path)) == ["checkpoint_1", "input_state"]
+  assert os.listdir(tmp_path / "input_state") == ["checkpoint_1"]
+  ckpt.close()
+  ckpt, (step, params, _, meta) = _restore_latest_good(tmp_path, keep=1)
+  assert step == 1 and meta["batches_consumed"] == 1
+  ckpt.close()
+
+
+def test_disk_full_is_recognised_through_wrappers():
+  import errno
+  assert checkpoints._is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+  try:
+    try:
+      raise OSError(errno.ENOSPC, "x")
+    except OSError as inner:
+      raise ValueError("tensorstore failed") from inner
+  except ValueError as outer:
+    assert checkpoints._is_disk_full(outer)
+  assert checkpoints._is_disk_full(ValueError("Error writing local file [os_error_code='28']"))
+  assert not checkpoints._is_disk_full(OSError(errno.EACCES, "Permission denied"))
+  assert not checkpoints._is_disk_full(ValueError("NOT_FOUND"))

@@ -53,7 +53,7 @@ def test_sigterm_saves_exits_cleanly_and_resumes_exactly(tmp_path):
   assert f"Preempted at step {stopped_at}: checkpoint saved; rerun the same command to resume." \
       in err, err[-3000:]
   assert _steps(model_dir) == [stopped_at]
-  assert os.path.isdir(os.path.join(model_dir, f"checkpoint_{stopped_at}", "input_state"))
+  assert os.listdir(os.path.join(model_dir, "input_state")) == [f"checkpoint_{stopped_at}"]
   assert not os.path.exists(os.path.join(model_dir, "stopped.json"))
 
   final = stopped_at + 2

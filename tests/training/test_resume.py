@@ -78,7 +78,11 @@ def runs(request, tmp_path_factory):
   straight = _train(root / "straight", K, name)
   first = _train(root / "resumed", K // 2, name)
   shutil.copytree(root / "resumed", root / "replayed")
-  shutil.rmtree(root / "replayed" / f"checkpoint_{K // 2}" / input_state.STATE_DIR)
+  shutil.rmtree(input_state.step_dir(str(root / "replayed"), K // 2))
+  # The layout before side directories: the state inside the step directory.
+  shutil.copytree(root / "resumed", root / "legacy")
+  shutil.move(input_state.step_dir(str(root / "legacy"), K // 2),
+              os.path.dirname(input_state.state_prefix(str(root / "legacy"), K // 2, legacy=True)))
   return name, root, straight, first
 
 
@@ -102,6 +106,18 @@ def test_checkpoint_without_input_state_replays_and_says_so(runs, capfd):
   assert "replaying the input stream to skip 3 batches" in capfd.readouterr().err
   _assert_same_batches(first + second, straight)
   assert input_state.exists(str(root / "replayed"), K)  # saved again from then on
+
+
+@pytest.mark.parametrize("runs", ["bbc_span_corruption"], indirect=True)
+def test_input_state_in_the_older_layout_is_still_read(runs, capfd):
+  name, root, straight, first = runs
+  model_dir = str(root / "legacy")
+  assert not os.path.exists(input_state.step_dir(model_dir, K // 2))
+  assert input_state.exists(model_dir, K // 2)
+  second = _train(model_dir, K, name)
+  assert "replaying" not in capfd.readouterr().err
+  _assert_same_batches(first + second, straight)
+  assert os.path.exists(input_state.step_dir(model_dir, K))  # new saves use the new layout
 
 
 @pytest.mark.parametrize("change,fragment", [

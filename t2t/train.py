@@ -100,10 +100,14 @@ def train(*,
   inputs.limit_tf_threads()
   model_dir = paths.to_str(model_dir)  # local paths absolute; URLs (gs://...) as given
   paths.check_writable(model_dir, "MODEL_DIR")  # before any compilation; process 0 only
-  registry.check_split_readable(registry.get_mixture_or_task(mixture_or_task_name), "train")
+  provider = registry.get_mixture_or_task(mixture_or_task_name)
+  registry.check_split_readable(provider, "train")
   if use_cached_tasks:
     cache_lib.add_cache_dirs(cache_dirs)
     cache_lib.check_cached(mixture_or_task_name, "train")
+  # An empty split would hang in repeat() or end the stream at step 0: refuse it before compiling.
+  registry.check_split_not_empty(provider, "train", task_feature_lengths,
+                                 use_cached=use_cached_tasks)
   partitioner = partitioner or Partitioner()
   partitioner.check_batch_size(batch_size)
   converter = model.feature_converter_cls(pack=use_packing)
@@ -297,7 +301,8 @@ def _resumed_batches(model_dir: str, latest: int | None, batches_consumed: int,
         "(this takes time in proportion to the step).")
   batches = inputs.train_batches(mixture_or_task_name, task_feature_lengths, converter,
                                  batch_size, seed=seed, use_cached=use_cached,
-                                 skip_batches=0 if restorable else batches_consumed)
+                                 skip_batches=0 if restorable else batches_consumed,
+                                 check_not_empty=False)  # train() checked before compiling
   if restorable:
     input_state.restore(batches, model_dir, latest)
   return batches

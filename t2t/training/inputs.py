@@ -74,7 +74,8 @@ def train_batches(mixture_or_task_name: str, task_feature_lengths: Mapping[str, 
                   feature_converter: seqio.FeatureConverter, batch_size: int, seed: int,
                   split: str = "train", skip_batches: int = 0,
                   shuffle: bool = True, use_cached: bool = False,
-                  num_threads: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+                  num_threads: int | None = None,
+                  check_not_empty: bool = True) -> Iterator[dict[str, np.ndarray]]:
   """An endless iterator of this host's share of each global batch, as numpy arrays.
 
   Each batch maps the feature converter's keys to [batch_size / hosts, length] arrays. The
@@ -83,13 +84,15 @@ def train_batches(mixture_or_task_name: str, task_feature_lengths: Mapping[str, 
   `skip_batches` the stream instead starts after that many batches, by producing and
   dropping them (the replay fallback; its cost grows with the number). `use_cached` reads
   every task from seqio's cache (`t2t.data.cache`). `num_threads` defaults to
-  `input_threads()` (gin).
+  `input_threads()` (gin). `check_not_empty=False` skips the empty-split check (for a caller
+  that made it already, before the slow part of its start-up).
   """
   # Clear errors for an unknown name, a missing split, or data that would have to be downloaded.
   provider = registry.get_mixture_or_task(mixture_or_task_name)
   registry.check_split_readable(provider, split)
   # An empty split would hang (repeat() of an all-filtered source) or end the stream at step 0.
-  registry.check_split_not_empty(provider, split, task_feature_lengths, use_cached=use_cached)
+  if check_not_empty:
+    registry.check_split_not_empty(provider, split, task_feature_lengths, use_cached=use_cached)
   ds = per_host_dataset(mixture_or_task_name, task_feature_lengths, feature_converter,
                         batch_size, seed=seed, split=split, shuffle=shuffle, use_cached=use_cached)
   if skip_batches:

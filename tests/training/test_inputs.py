@@ -85,7 +85,7 @@ def test_restored_iterator_continues_exactly(tmp_path, name):
   it = _bbc_stream(name)
   _take(it, 7)  # by now the prefetch buffer holds batches 8 and 9
   prefix = input_state.save(it, str(tmp_path), 7)
-  assert prefix == str(tmp_path / "checkpoint_7" / "input_state" / "process_0")
+  assert prefix == str(tmp_path / "input_state" / "checkpoint_7" / "process_0")
   assert input_state.exists(str(tmp_path), 7) and not input_state.exists(str(tmp_path), 8)
   want = _take(it, 4)
   resumed = _bbc_stream(name)

@@ -130,7 +130,7 @@ def train(*,
           checkpoints.CorruptCheckpointError):
     ckpt.close()
     raise
-  latest = None
+  latest, input_skip = None, 0
   if restored is not None:
     latest, params, opt_state, meta = restored
     state = trainer_lib.TrainState(
@@ -138,6 +138,7 @@ def train(*,
                             partitioner.replicated),
         params=params, opt_state=opt_state)
     batches_consumed = int(meta.get("batches_consumed", latest))
+    input_skip = int(meta.get("input_skip", 0))
     reporting.announce(f"Resuming from {model_dir} at step {latest}.")
   elif initial_checkpoint_path:
     params, from_step, plan = checkpoints.restore_params(
@@ -155,8 +156,9 @@ def train(*,
 
   start = int(jax.device_get(state.step))
   _truncate_metrics(model_dir, start)  # steps a killed run logged past its last checkpoint
-  batches = _resumed_batches(model_dir, latest, batches_consumed, mixture_or_task_name,
-                             task_feature_lengths, converter, batch_size, seed, use_cached_tasks)
+  batches, input_skip = _resumed_batches(
+      model_dir, latest, batches_consumed, input_skip, mixture_or_task_name,
+      task_feature_lengths, converter, batch_size, seed, use_cached_tasks)
   writer = reporting.MetricsWriter(model_dir, "train")
   progress = reporting.Progress(start, train_steps, log_every=log_every)
 
@@ -177,7 +179,8 @@ def train(*,
     if step != last_saved:  # an early stop saves, perhaps at a step just checkpointed
       # The input state is written first (`before`), then orbax saves in the background.
       ckpt.save(step, state.params, state.opt_state,
-                {"batches_consumed": batches_consumed + step - start, **stream_meta},
+                {"batches_consumed": batches_consumed + step - start,
+                 "input_skip": input_skip, **stream_meta},
                 before=save_input_state, blocking=not async_checkpoints)
       last_saved = step
 
@@ -284,13 +287,18 @@ def _row_step(line: str) -> float:
 STOPPED = "stopped.json"
 
 
-def _resumed_batches(model_dir: str, latest: int | None, batches_consumed: int,
+def _resumed_batches(model_dir: str, latest: int | None, batches_consumed: int, input_skip: int,
                      mixture_or_task_name: str, task_feature_lengths: Mapping[str, int],
-                     converter: Any, batch_size: int, seed: int, use_cached: bool) -> Any:
-  """This host's training iterator, positioned after the `batches_consumed` batches.
+                     converter: Any, batch_size: int, seed: int, use_cached: bool
+                     ) -> tuple[Any, int]:
+  """(iterator, skip): this host's training iterator, positioned after `batches_consumed` batches.
 
   From the input state saved with checkpoint `latest` when there is one; else by replaying the
-  stream (older checkpoints, or pipelines tf.data cannot save), which says so.
+  stream (older checkpoints, or pipelines tf.data cannot save), which says so. A replayed
+  stream is a different pipeline (it holds a `skip(n)` stage), and the input states saved from
+  it only fit a pipeline built the same way: so `skip` (the n the iterator was built with) goes
+  into every later checkpoint's meta as `input_skip`, and a resume rebuilds with the
+  `input_skip` of its checkpoint before restoring (absent in older checkpoints: 0).
   """
   model_dir = paths.to_str(model_dir)
   restorable = latest is not None and input_state.exists(model_dir, latest)
@@ -299,13 +307,14 @@ def _resumed_batches(model_dir: str, latest: int | None, batches_consumed: int,
         f"Checkpoint {latest} in {model_dir} holds no input state for host "
         f"{jax.process_index()}; replaying the input stream to skip {batches_consumed} batches "
         "(this takes time in proportion to the step).")
+  skip = input_skip if restorable else batches_consumed
   batches = inputs.train_batches(mixture_or_task_name, task_feature_lengths, converter,
                                  batch_size, seed=seed, use_cached=use_cached,
-                                 skip_batches=0 if restorable else batches_consumed,
+                                 skip_batches=skip,
                                  check_not_empty=False)  # train() checked before compiling
   if restorable:
     input_state.restore(batches, model_dir, latest)
-  return batches
+  return batches, skip
 
 
 def _stopped_at(model_dir: str, step: int) -> str | None:

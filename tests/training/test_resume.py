@@ -106,6 +106,15 @@ def test_checkpoint_without_input_state_replays_and_says_so(runs, capfd):
   assert "replaying the input stream to skip 3 batches" in capfd.readouterr().err
   _assert_same_batches(first + second, straight)
   assert input_state.exists(str(root / "replayed"), K)  # saved again from then on
+  # That state belongs to a pipeline with a skip(3) stage: resuming from it rebuilds the same
+  # pipeline (the checkpoint's `input_skip`), so the next restart neither fails nor replays,
+  # and continues like a restart of the straight run (a soak benchmark's finding).
+  shutil.copytree(root / "straight", root / "straight_continued")
+  want = _train(root / "straight_continued", K + K // 2, name)
+  capfd.readouterr()
+  third = _train(root / "replayed", K + K // 2, name)
+  assert "replaying" not in capfd.readouterr().err
+  _assert_same_batches(third, want)
 
 
 @pytest.mark.parametrize("runs", ["bbc_span_corruption"], indirect=True)

@@ -157,8 +157,12 @@ def interruption_moment(model_dir: str, last_logged: int | None) -> tuple[str, l
   steps = checkpoint_steps(model_dir)
   if steps:
     newest = os.path.join(model_dir, f'{STEP_PREFIX}_{steps[-1]}')
-    if not os.path.exists(os.path.join(newest, 'input_state', 'process_0.index')):
-      return 'during_input_state_write', [f'{STEP_PREFIX}_{steps[-1]} has no input_state']
+    state = os.path.join(newest, 'input_state')
+    if not os.path.exists(os.path.join(state, 'process_0.index')):
+      partial = sorted(os.listdir(state)) if os.path.isdir(state) else None
+      return 'during_input_state_write', [
+          f'{STEP_PREFIX}_{steps[-1]} has ' + (f'input_state/ holding only {partial}'
+                                               if partial is not None else 'no input_state/')]
     if last_logged == steps[-1]:
       return 'on_checkpoint', [f'{STEP_PREFIX}_{steps[-1]}']
   return 'between_checkpoints', []
@@ -307,10 +311,27 @@ def _wait_for_new_step(run: Run, metrics: str, offset: int, sample: Callable[[],
     time.sleep(0.2)
 
 
+def error_line(log: str) -> str:
+  """The `error: ...` line t2t prints for a user-facing failure (else the log's last line)."""
+  lines = [l for l in log.strip().splitlines() if l.strip()]
+  errors = [l for l in lines if l.startswith('error:')]
+  return (errors or lines or ['(empty log)'])[-1][:400]
+
+
+_STATE_HINT = re.compile(r'To resume anyway by replaying the stream, delete (\S+?)\.?$', re.M)
+
+
 def soak(work_dir: str, minutes: float, mean_interval: float, distribution: str = 'exponential',
          seed: int = 0, checkpoint_every: int = 25, keep: int | None = 3,
-         final_step: int | None = None, progress: Callable[[str], None] = print) -> dict[str, Any]:
-  """Runs the three phases (module docstring) under `work_dir`; returns the result dict."""
+         final_step: int | None = None, repair: bool = False,
+         progress: Callable[[str], None] = print) -> dict[str, Any]:
+  """Runs the three phases (module docstring) under `work_dir`; returns the result dict.
+
+  With `repair`, a restart refused because a saved input state does not fit the rebuilt
+  pipeline gets that state deleted, as t2t's message says, and is started again; each such
+  repair is recorded and fails the soak (an operator had to step in), but the runs go on to
+  the comparison.
+  """
   rng = random.Random(seed)
   interrupted = os.path.join(work_dir, 'interrupted')
   straight = os.path.join(work_dir, 'straight')
@@ -329,112 +350,121 @@ def soak(work_dir: str, minutes: float, mean_interval: float, distribution: str 
   t0 = time.monotonic()
   say = lambda msg: progress(f'[soak {time.monotonic() - t0:7.1f} s] {msg}')
   events: list[dict[str, Any]] = []
+  repairs: list[dict[str, Any]] = []
   failures: list[str] = []
-  budget = minutes * 60.0
   kinds: set[str] = set()
-  with machine.Section('interrupted_phase') as phase:
+
+  def launch(command: list[str], name: str) -> tuple[Run, int, int]:
+    """Starts `command` in `interrupted/`; (run, metrics offset, first new step) once it trains."""
     while True:
       offset = os.path.getsize(metrics) if os.path.exists(metrics) else 0
-      run = Run(cmd, os.path.join(logs, f'run_{len(events):03d}.log'))
-      first = _wait_for_new_step(run, metrics, offset, sample)
+      run = Run(command, os.path.join(logs, f'{name}{"_retry%d" % len(repairs) if repairs else ""}.log'))
+      try:
+        first = _wait_for_new_step(run, metrics, offset, sample)
+      except SoakError:
+        hint = _STATE_HINT.search(run.log()) if repair else None
+        if hint is None:
+          raise
+        repairs.append({'after_interruption': len(events) - 1, 'log': run.log_path,
+                        'error': error_line(run.log()), 'deleted': hint.group(1)})
+        say(f'restart refused: {error_line(run.log())[:200]}... -> deleting {hint.group(1)} '
+            '(--repair_input_state)')
+        shutil.rmtree(hint.group(1))
+        continue
       if events:
         events[-1]['resumed_at'] = first - 1
         events[-1]['steps_lost'] = max(0, events[-1]['last_logged'] - (first - 1))
-        say(f"run {len(events)} resumed at step {first - 1} "
-            f"(lost {events[-1]['steps_lost']} steps)")
-      else:
-        say(f'run 0 started, first step logged after {time.monotonic() - t0:.0f} s')
-      delay = _draw(rng, distribution, mean_interval)
-      end = time.monotonic() + delay
-      while time.monotonic() < end and run.proc.poll() is None:
-        sample()
-        time.sleep(0.1)
-      if run.proc.poll() is not None:
-        raise SoakError(f'The training run exited on its own (status {run.proc.returncode}); '
-                        f'log {run.log_path}:\n{run.tail()}')
-      over = time.monotonic() - t0 >= budget
-      kind = 'SIGKILL' if rng.random() < 0.5 else 'SIGTERM'
-      if over and len(kinds) == 1:  # both kinds must occur
-        kind = ({'SIGKILL', 'SIGTERM'} - kinds).pop()
-      kinds.add(kind)
-      event: dict[str, Any] = {'n': len(events), 'kind': kind, 'after_s': round(delay, 2),
-                               'at_s': round(time.monotonic() - t0, 1), 'log': run.log_path}
-      if kind == 'SIGKILL':
-        run.proc.send_signal(signal.SIGKILL)
-        event['returncode'] = run.wait()
-        steps = _new_steps(metrics, offset)
-        event['last_logged'] = max(steps, default=first - 1)
-        event['moment'], event['evidence'] = interruption_moment(interrupted, event['last_logged'])
-      else:
-        run.proc.send_signal(signal.SIGTERM)
-        try:
-          event['returncode'] = run.wait(SIGTERM_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-          run.proc.send_signal(signal.SIGKILL)
-          event['returncode'] = run.wait()
-          failures.append(f"interruption {event['n']}: SIGTERM did not end the run in "
-                          f'{SIGTERM_TIMEOUT_S} s (killed); log {run.log_path}')
-        steps = _new_steps(metrics, offset)
-        event['last_logged'] = max(steps, default=first - 1)
-        m = re.search(r'Preempted at step (\d+)', run.log())
-        event['preempted_at'] = int(m.group(1)) if m else None
-        if event['returncode'] != 0 or event['preempted_at'] is None:
-          failures.append(f"interruption {event['n']}: SIGTERM ended the run with status "
-                          f"{event['returncode']} and {'no ' if m is None else ''}'Preempted' "
-                          f'line; log {run.log_path}')
-        event['moment'] = 'graceful'
-      event['checkpoints_after'] = checkpoint_steps(interrupted)
-      events.append(event)
-      say(f"interruption {event['n']}: {kind} after {delay:.1f} s at step {event['last_logged']} "
-          f"({event['moment']}{': ' + ', '.join(event.get('evidence', [])) if event.get('evidence') else ''}; "
-          f"checkpoints {event['checkpoints_after'][-3:]})")
-      if over and len(kinds) == 2:
-        break
+        say(f"{name} resumed at step {first - 1} (lost {events[-1]['steps_lost']} steps)")
+      return run, offset, first
 
-  final = final_step or events[-1]['last_logged'] + checkpoint_every
-  say(f'budget used: {len(events)} interruptions; resuming to the final step {final}')
+  final = None
+  aborted = False
+  with machine.Section('interrupted_phase') as phase:
+    try:
+      while True:
+        run, offset, first = launch(cmd, f'run_{len(events):03d}')
+        if not events:
+          say(f'run_000 trains: first step logged after {time.monotonic() - t0:.0f} s')
+        delay = _draw(rng, distribution, mean_interval)
+        end = time.monotonic() + delay
+        while time.monotonic() < end and run.proc.poll() is None:
+          sample()
+          time.sleep(0.1)
+        if run.proc.poll() is not None:
+          raise SoakError(f'the training run exited on its own (status {run.proc.returncode}): '
+                          f'{error_line(run.log())}; log {run.log_path}')
+        over = time.monotonic() - t0 >= minutes * 60.0
+        kind = 'SIGKILL' if rng.random() < 0.5 else 'SIGTERM'
+        if over and len(kinds) == 1:  # both kinds must occur
+          kind = ({'SIGKILL', 'SIGTERM'} - kinds).pop()
+        kinds.add(kind)
+        events.append(_interrupt(run, kind, interrupted, metrics, offset, first, delay, failures,
+                                 n=len(events), at_s=time.monotonic() - t0))
+        e = events[-1]
+        evidence = ': ' + ', '.join(e['evidence']) if e.get('evidence') else ''
+        say(f"interruption {e['n']}: {kind} {delay:.1f} s after the first step, at step "
+            f"{e['last_logged']} ({e['moment']}{evidence}; checkpoints {e['checkpoints_after'][-3:]})")
+        if over and len(kinds) == 2:
+          break
+      final = final_step or events[-1]['last_logged'] + checkpoint_every
+      say(f'budget used: {len(events)} interruptions; resuming to the final step {final}')
+    except SoakError as e:
+      aborted = True
+      failures.append(f'after interruption {len(events) - 1}: {e}')
+      say(f'FAIL: {e}')
   with machine.Section('final_run') as tail:
-    offset = os.path.getsize(metrics) if os.path.exists(metrics) else 0
-    run = Run(train_command(interrupted, final, checkpoint_every, keep),
-              os.path.join(logs, 'final.log'))
-    rc = run.wait()
-    steps = _new_steps(metrics, offset)
-    if steps:
-      events[-1]['resumed_at'] = steps[0] - 1
-      events[-1]['steps_lost'] = max(0, events[-1]['last_logged'] - (steps[0] - 1))
-    if rc != 0:
-      failures.append(f'the final run exited with status {rc}; log {run.log_path}')
-  say(f'final run done (status {rc}); training {final} steps uninterrupted in {straight}')
+    if not aborted:
+      try:
+        run, _, _ = launch(train_command(interrupted, final, checkpoint_every, keep), 'final')
+        rc = run.wait()
+        if rc != 0:
+          failures.append(f'the final run exited with status {rc}: {error_line(run.log())}; '
+                          f'log {run.log_path}')
+          aborted = True
+        say(f'final run done (status {rc})')
+      except SoakError as e:
+        aborted = True
+        failures.append(f'the final run: {e}')
+        say(f'FAIL: {e}')
   with machine.Section('straight_run') as ref:
-    run = Run(train_command(straight, final, checkpoint_every, keep), os.path.join(logs, 'straight.log'))
-    rc_straight = run.wait()
-    if rc_straight != 0:
-      failures.append(f'the uninterrupted run exited with status {rc_straight}; log {run.log_path}')
-  say(f'uninterrupted run done (status {rc_straight}) in {ref.wall_s:.0f} s; comparing')
+    if not aborted:
+      say(f'training {final} steps uninterrupted in {straight}')
+      started = time.monotonic()
+      run = Run(train_command(straight, final, checkpoint_every, keep),
+                os.path.join(logs, 'straight.log'))
+      rc = run.wait()
+      if rc != 0:
+        aborted = True
+        failures.append(f'the uninterrupted run exited with status {rc}: '
+                        f'{error_line(run.log())}; log {run.log_path}')
+      say(f'uninterrupted run done (status {rc}) in {time.monotonic() - started:.0f} s')
   comparison = None
-  if not failures:
+  if not aborted:
     comparison = compare_runs(interrupted, straight, final)
     failures += comparison_failures(comparison)
-  for s in (phase, tail, ref):
-    loads.append(s.loadavg_after)
+  if repairs:
+    failures.append(f'{len(repairs)} restart(s) were refused ("{repairs[0]["error"][:160]}...") '
+                    'and resumed only after deleting the input state by hand')
+  if not aborted and len(kinds) < 2:
+    failures.append(f'only {sorted(kinds)} occurred')
+  loads += [s.loadavg_after for s in (phase, tail, ref)]
   all_logs = ''.join(open(os.path.join(logs, f), errors='replace').read()
-                     for f in sorted(os.listdir(logs)) if f.startswith(('run_', 'final')))
+                     for f in sorted(os.listdir(logs)) if not f.startswith('straight'))
   kills = [e for e in events if e['kind'] == 'SIGKILL']
-  moments = {}
+  moments: dict[str, int] = {}
   for e in kills:
     moments[e['moment']] = moments.get(e['moment'], 0) + 1
-  if len(kinds) < 2:
-    failures.append(f'only {sorted(kinds)} occurred')
   return {
       'benchmark': 'soak', 'final_step': final, 'checkpoint_every': checkpoint_every,
       'keep_checkpoints': keep, 'minutes': minutes, 'mean_interval_s': mean_interval,
-      'distribution': distribution, 'seed': seed, 'command': cmd,
+      'distribution': distribution, 'seed': seed, 'repair_input_state': repair, 'command': cmd,
       'interruptions': len(events), 'sigkills': len(kills),
       'sigterms': sum(e['kind'] == 'SIGTERM' for e in events),
-      'sigkill_moments': moments, 'restarts': len(events),
+      'sigkill_moments': moments, 'restarts': len(events) + len(repairs),
       'steps_lost': sum(e.get('steps_lost', 0) for e in events),
       'corrupt_checkpoints_set_aside': len(re.findall(r'Checkpoint \d+ is corrupted', all_logs)),
       'input_replays': len(re.findall(r'replaying the input stream', all_logs)),
+      'repairs': repairs, 'aborted': aborted,
       'comparison': comparison, 'failures': failures, 'passed': not failures,
       'tolerance': TOLERANCE, 'events': events,
       'wall_s': {'interrupted_phase': phase.wall_s, 'final_run': tail.wall_s,
@@ -444,6 +474,37 @@ def soak(work_dir: str, minutes: float, mean_interval: float, distribution: str 
                        'samples': len(loads)},
       'work_dir': work_dir,
   }
+
+
+def _interrupt(run: Run, kind: str, model_dir: str, metrics: str, offset: int, first: int,
+               delay: float, failures: list[str], n: int, at_s: float) -> dict[str, Any]:
+  """Sends `kind` to the run, waits for it to end, and records what it left behind."""
+  event: dict[str, Any] = {'n': n, 'kind': kind, 'after_s': round(delay, 2), 'at_s': round(at_s, 1),
+                           'log': run.log_path}
+  if kind == 'SIGKILL':
+    run.proc.send_signal(signal.SIGKILL)
+    event['returncode'] = run.wait()
+    event['last_logged'] = max(_new_steps(metrics, offset), default=first - 1)
+    event['moment'], event['evidence'] = interruption_moment(model_dir, event['last_logged'])
+  else:
+    run.proc.send_signal(signal.SIGTERM)
+    try:
+      event['returncode'] = run.wait(SIGTERM_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+      run.proc.send_signal(signal.SIGKILL)
+      event['returncode'] = run.wait()
+      failures.append(f'interruption {n}: SIGTERM did not end the run in {SIGTERM_TIMEOUT_S} s '
+                      f'(killed); log {run.log_path}')
+    event['last_logged'] = max(_new_steps(metrics, offset), default=first - 1)
+    m = re.search(r'Preempted at step (\d+)', run.log())
+    event['preempted_at'] = int(m.group(1)) if m else None
+    if event['returncode'] != 0 or m is None:
+      failures.append(f"interruption {n}: SIGTERM ended the run with status "
+                      f"{event['returncode']} and {'no ' if m is None else 'a '}'Preempted' line; "
+                      f'log {run.log_path}')
+    event['moment'] = 'graceful'
+  event['checkpoints_after'] = checkpoint_steps(model_dir)
+  return event
 
 
 def table(r: dict[str, Any]) -> str:
@@ -490,6 +551,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--keep', type=int, default=3, help='checkpoints kept (0: all)')
   ap.add_argument('--final_step', type=int, default=None,
                   help='default: the last step logged + one checkpoint interval')
+  ap.add_argument('--repair_input_state', action='store_true',
+                  help='delete an input state that a restart refuses (as t2t says) and go on; '
+                       'still a FAIL, but the runs are compared')
   ap.add_argument('--work_dir', default=None, help='default: a new directory under /tmp')
   ap.add_argument('--keep_dirs', action='store_true', help='keep the work directory on a pass')
   ap.add_argument('--out', default=os.path.join(ROOT, 'benchmarks', 'results', 'soak.json'))
@@ -514,12 +578,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f'~{args.mean_interval:g} s ({args.distribution}, seed {args.seed}), checkpoint every '
         f'{args.checkpoint_every} steps', flush=True)
   started = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
-  try:
-    result = soak(work_dir, args.minutes, args.mean_interval, args.distribution, args.seed,
-                  args.checkpoint_every, args.keep or None, args.final_step,
-                  progress=lambda m: print(m, flush=True))
-  except SoakError as e:
-    sys.exit(f'benchmarks.soak: FAIL: {e}\n(work directory kept: {work_dir})')
+  result = soak(work_dir, args.minutes, args.mean_interval, args.distribution, args.seed,
+                args.checkpoint_every, args.keep or None, args.final_step,
+                args.repair_input_state, progress=lambda m: print(m, flush=True))
   result['machine'] = dict(quiet, date_utc=started, cpu=report.cpu_model(),
                            platform=platform.platform(), loadavg_at_end=list(os.getloadavg()))
   result['argv'] = sys.argv[1:] if argv is None else list(argv)

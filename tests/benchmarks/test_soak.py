@@ -33,11 +33,11 @@ def _train(model_dir, steps, seed=0):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """Three runs to step 3: straight (seed 0), restarted at step 2 (seed 0), straight (seed 1)."""
+  """Runs to step 3: straight (seed 0), the same restarted at step 2, straight with seed 1."""
   importlib.import_module("tasks.bbc")  # registers the BBC tasks
   root = tmp_path_factory.mktemp("soak")
-  _train(root / "straight", STEPS)
   _train(root / "restarted", STEPS)
+  shutil.copytree(root / "restarted", root / "straight")
   shutil.rmtree(root / "restarted" / "checkpoint_3")  # as a SIGKILL during step 3's save leaves
   _train(root / "restarted", STEPS)  # resumes at step 2 and recomputes step 3
   _train(root / "other_seed", STEPS, seed=1)
@@ -120,3 +120,13 @@ def test_bad_flags_are_refused_with_the_flag_named(flag, message, capsys):
   with pytest.raises(SystemExit) as e:
     soak.main([flag])
   assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_error_line_and_the_input_state_hint():
+  log = ("Resuming from /m at step 50.\nerror: The input state /m/checkpoint_50/input_state/process_0 "
+         "does not fit the rebuilt input pipeline (...). Did the task's preprocessing or data change "
+         "since step 50? To resume anyway by replaying the stream, delete "
+         "/m/checkpoint_50/input_state.\n  In call to configurable 'train'\n")
+  assert soak.error_line(log).startswith("error: The input state /m/checkpoint_50/input_state/")
+  assert soak._STATE_HINT.search(log).group(1) == "/m/checkpoint_50/input_state"
+  assert soak.error_line("a\nlast line\n") == "last line"

@@ -2,7 +2,8 @@
 
   python -m benchmarks.soak [--minutes 30] [--mean_interval 90] [--distribution exponential]
                             [--seed 0] [--checkpoint_every 25] [--keep 3] [--final_step N]
-                            [--work_dir DIR] [--keep_dirs] [--out benchmarks/results/soak.json]
+                            [--repair_input_state] [--work_dir DIR] [--keep_dirs]
+                            [--out benchmarks/results/soak.json]
 
 A benchmark, not a test: it only drives the command line (`python -m t2t.train`), as an operator
 on preemptible machines would. The model is the demo's BBC span-corruption pre-training
@@ -28,6 +29,11 @@ their writes.
    (parameters and optimizer state: same tree, shapes and dtypes, max |a - b|), and so are the
    per-step training losses of metrics.jsonl (the last value per step, as a restarted run
    rewrites the steps it recomputes; every earlier value of a recomputed step too).
+
+A restart t2t refuses (it exits before training) fails the soak and ends it; with
+`--repair_input_state` a refused input state (`... does not fit the rebuilt input pipeline`) is
+deleted as t2t's message says and the run restarted, each repair recorded (still a FAIL), so the
+final states still get compared.
 
 Pass: both final states and all losses equal within 1e-6, every step 1..final logged, every
 SIGTERM clean, both kinds used. Steps lost = the last step logged before a kill minus the step

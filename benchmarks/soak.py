@@ -95,30 +95,55 @@ def _env() -> dict[str, str]:
 
 # --- Reading a model directory -------------------------------------------------------------------
 
-def read_losses(model_dir: str) -> tuple[dict[int, float], dict[int, list[float]], int]:
-  """Training losses of metrics.jsonl: (last value per step, every value per step, torn lines).
+HISTORY = 'metrics_history.jsonl'
 
-  A restarted run appends the steps it recomputes, so a step may appear several times; the last
-  one is the value the run finally trained with. A line that does not parse (a write cut by
-  SIGKILL) is counted, not fatal.
+
+def set_aside_metrics(model_dir: str) -> None:
+  """Appends metrics.jsonl to metrics_history.jsonl and removes it, before a restart.
+
+  t2t cuts metrics.jsonl back to the step it resumes from (the rows a killed run logged past its
+  last checkpoint go); the soak keeps them here so that a recomputed step's earlier losses are
+  compared too.
+  """
+  path = os.path.join(model_dir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return
+  with open(path, 'rb') as f:
+    data = f.read()
+  if data and not data.endswith(b'\n'):
+    data += b'\n'  # a line cut by SIGKILL stays a (torn) line of its own
+  with open(os.path.join(model_dir, HISTORY), 'ab') as f:
+    f.write(data)
+  os.remove(path)
+
+
+def read_losses(model_dir: str) -> tuple[dict[int, float], dict[int, list[float]], int]:
+  """Training losses: (last value per step, every value per step, torn lines).
+
+  Read from metrics_history.jsonl (earlier runs' rows, kept by `set_aside_metrics`) then
+  metrics.jsonl, so a step recomputed after a kill appears several times; the last value is
+  the one the run finally trained with. A line that does not parse (a write cut by SIGKILL) is
+  counted, not fatal.
   """
   last: dict[int, float] = {}
   every: dict[int, list[float]] = {}
   torn = 0
-  path = os.path.join(model_dir, 'metrics.jsonl')
-  if not os.path.exists(path):
-    return last, every, torn
-  with open(path) as f:
-    for line in f:
-      try:
-        record = json.loads(line)
-      except ValueError:
-        torn += 1
-        continue
-      if record.get('split') == 'train' and 'loss' in record:
-        step = int(record['step'])
-        last[step] = float(record['loss'])
-        every.setdefault(step, []).append(float(record['loss']))
+  lines: list[str] = []
+  for name in (HISTORY, 'metrics.jsonl'):
+    path = os.path.join(model_dir, name)
+    if os.path.exists(path):
+      with open(path) as f:
+        lines.extend(f)
+  for line in lines:
+    try:
+      record = json.loads(line)
+    except ValueError:
+      torn += 1
+      continue
+    if record.get('split') == 'train' and 'loss' in record:
+      step = int(record['step'])
+      last[step] = float(record['loss'])
+      every.setdefault(step, []).append(float(record['loss']))
   return last, every, torn
 
 
@@ -151,8 +176,9 @@ def interruption_moment(model_dir: str, last_logged: int | None) -> tuple[str, l
   """Where a SIGKILL landed, judged from what it left in `model_dir`: (moment, evidence).
 
   'during_checkpoint_write': an orbax tmp directory is left (the save was cut);
-  'during_input_state_write': the newest checkpoint has no `input_state/process_0.index` (cut
-  after orbax finalised the step, before or while the input position was saved);
+  'during_input_state_write': the newest checkpoint has no `process_0.index` input state (in
+  `input_state/checkpoint_<N>/`, or inside the step directory as older t2t versions wrote it:
+  cut after orbax finalised the step, before or while the input position was saved);
   'on_checkpoint': the last logged step is the newest checkpoint (killed right after a save);
   'between_checkpoints': otherwise. With asynchronous checkpoints a tmp directory may also mean
   a write that was running in the background.
@@ -163,7 +189,10 @@ def interruption_moment(model_dir: str, last_logged: int | None) -> tuple[str, l
   steps = checkpoint_steps(model_dir)
   if steps:
     newest = os.path.join(model_dir, f'{STEP_PREFIX}_{steps[-1]}')
-    state = os.path.join(newest, 'input_state')
+    # t2t writes the state to input_state/checkpoint_<N>/ (before the orbax save); older
+    # versions wrote checkpoint_<N>/input_state/ (after it).
+    side = os.path.join(model_dir, 'input_state', f'{STEP_PREFIX}_{steps[-1]}')
+    state = side if os.path.isdir(side) else os.path.join(newest, 'input_state')
     if not os.path.exists(os.path.join(state, 'process_0.index')):
       partial = sorted(os.listdir(state)) if os.path.isdir(state) else None
       return 'during_input_state_write', [
@@ -363,7 +392,8 @@ def soak(work_dir: str, minutes: float, mean_interval: float, distribution: str 
   def launch(command: list[str], name: str) -> tuple[Run, int, int]:
     """Starts `command` in `interrupted/`; (run, metrics offset, first new step) once it trains."""
     while True:
-      offset = os.path.getsize(metrics) if os.path.exists(metrics) else 0
+      set_aside_metrics(os.path.dirname(metrics))
+      offset = 0
       run = Run(command, os.path.join(logs, f'{name}{"_retry%d" % len(repairs) if repairs else ""}.log'))
       try:
         first = _wait_for_new_step(run, metrics, offset, sample)

@@ -39,6 +39,7 @@ def runs(tmp_path_factory):
   _train(root / "restarted", STEPS)
   shutil.copytree(root / "restarted", root / "straight")
   shutil.rmtree(root / "restarted" / "checkpoint_3")  # as a SIGKILL during step 3's save leaves
+  soak.set_aside_metrics(str(root / "restarted"))  # as the soak does before each restart
   _train(root / "restarted", STEPS)  # resumes at step 2 and recomputes step 3
   _train(root / "other_seed", STEPS, seed=1)
   return {name: str(root / name) for name in ("straight", "restarted", "other_seed")}

@@ -19,7 +19,9 @@ N processes restores in one.
 Starting a run from another run's checkpoint (`restore_params`) may be partial: parameters whose
 path and shape match are loaded, the model's new ones are initialised fresh, the checkpoint's
 extra ones are skipped, and name patterns force a fresh start (a new head per phase, as the
-STILTs and jiant protocols do). The restore prints which parameters went where.
+STILTs and jiant protocols do). The restore prints which parameters went where. `load_params`
+and `restore_params` take the loading run's vocabulary fingerprint (t2t.data.vocabularies) and
+refuse a checkpoint trained with another one (checkpoints without the record load unchecked).
 
 Atomicity: orbax writes a step into `checkpoint_<N>.orbax-checkpoint-tmp*` and renames it when
 complete, and never lists such a directory as a step, so an interrupted write is never restored

@@ -187,12 +187,14 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--gen-len', type=int, default=64)
   ap.add_argument('--tiny', action='store_true')
   ap.add_argument('--dropout', type=float, default=None, help='default 0.1 train, 0 decode')
+  ap.add_argument('--precision', default='fp32', choices=sorted(bench.PRECISIONS),
+                  help='bf16: T5Config.matmul_dtype=bfloat16 (bf16 operands, float32 accumulation)')
   ap.add_argument('--trace-dir', default=None, help='keep the jax.profiler trace here')
   ap.add_argument('--hlo-dir', type=Path, default=None, help='write the optimized HLO here')
   args = ap.parse_args(argv)
   bench.pin_threads(args.threads)
   dropout = args.dropout if args.dropout is not None else (0.1 if args.mode == 'train' else 0.0)
-  config = bench.t5_small_config(dropout, args.tiny)
+  config = bench.t5_small_config(dropout, args.tiny, args.precision)
   if args.mode == 'train':
     fn, texts = _train_program(config, args.batch, args.enc_len, args.dec_len)
   else:

@@ -59,7 +59,7 @@ import optax  # noqa: E402
 import seqio  # noqa: E402
 
 from benchmarks import machine, report  # noqa: E402
-from benchmarks.matmul_roof import jax_roof  # noqa: E402
+from benchmarks.matmul_roof import ROOF_SHAPE, jax_roof  # noqa: E402
 from t2t.models import decoding  # noqa: E402
 from t2t.models.api import EncoderDecoderModel  # noqa: E402
 from t2t.models.transformer import T5Config, Transformer  # noqa: E402
@@ -76,14 +76,25 @@ LENGTH_PENALTY = 0.6
 TOKEN_HIGH = 32001
 
 
-def t5_small_config(dropout_rate: float, tiny: bool = False) -> T5Config:
-  """T5 v1.0 small (60.5M params); `tiny` = a 1+1-layer, d_model 32 model for fast tests."""
+# --precision: t2t's matmul operands (T5Config.matmul_dtype) and the peer's mode.
+PRECISIONS = {'fp32': None, 'bf16': 'bfloat16'}
+
+
+def t5_small_config(dropout_rate: float, tiny: bool = False, precision: str = 'fp32') -> T5Config:
+  """T5 v1.0 small (60.5M params); `tiny` = a 1+1-layer, d_model 32 model for fast tests.
+
+  `precision` 'bf16': bf16 matmul operands with float32 accumulation, float32 everywhere else.
+  """
+  if precision not in PRECISIONS:
+    raise ValueError(f'--precision must be one of {sorted(PRECISIONS)}, got {precision!r}.')
   if tiny:
     return T5Config(vocab_size=128, d_model=32, num_heads=2, d_kv=16, d_ff=64, num_encoder_layers=1,
-                    num_decoder_layers=1, dropout_rate=dropout_rate)
+                    num_decoder_layers=1, dropout_rate=dropout_rate,
+                    matmul_dtype=PRECISIONS[precision])
   return T5Config(vocab_size=VOCAB_SIZE, d_model=512, num_heads=8, d_kv=64, d_ff=2048,
                   num_encoder_layers=6, num_decoder_layers=6, dropout_rate=dropout_rate,
-                  feed_forward_proj='relu', tie_word_embeddings=True)
+                  feed_forward_proj='relu', tie_word_embeddings=True,
+                  matmul_dtype=PRECISIONS[precision])
 
 
 def model_flops(c: T5Config, batch: int, enc_len: int, dec_len: int, gen_len: int,
@@ -246,14 +257,19 @@ def peer_unavailable(peer: Path) -> str | None:
 
 
 def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads: int,
-             flops: int, timeout_s: float = 3600.0
+             flops: int, timeout_s: float = 3600.0, precision: str = 'fp32'
              ) -> tuple[dict[str, Any] | None, str | None]:
-  """Runs the peer script; returns (its summary + raw result, None) or (None, why it did not run)."""
+  """Runs the peer script; returns (its summary + raw result, None) or (None, why it did not run).
+
+  `precision` 'bf16' runs the peer under torch.autocast('cpu', bfloat16), its mixed precision.
+  """
   why = peer_unavailable(peer)
   if why:
     return None, why
   cmd = [sys.executable, str(peer), mode, '--steps', str(steps), '--warmup', str(warmup),
          '--threads', str(threads), '--beams', str(beams)]
+  if precision == 'bf16':
+    cmd.append('--bf16-autocast')
   try:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
   except subprocess.TimeoutExpired:
@@ -305,7 +321,8 @@ def _check_common(steps: int, warmup: int, **lengths: int) -> None:
 def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: int = 2,
         batch: int = 8, enc_len: int = 512, dec_len: int = 114, gen_len: int = 64,
         tiny: bool = False, dropout_rate: float | None = None, peer: Path | None = None,
-        no_peer: bool = False, dropout_prng: str | None = None) -> dict[str, Any]:
+        no_peer: bool = False, dropout_prng: str | None = None, precision: str = 'fp32'
+        ) -> dict[str, Any]:
   """Runs one benchmark (t2t, then the peer) and returns the result dict printed as JSON.
 
   `dropout_rate` None = the peer's (0.1 train, 0 decode); another value never runs the peer.
@@ -314,7 +331,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
     raise ValueError(f'mode must be "train" or "decode", got {mode!r}.')
   _check_common(steps, warmup, batch=batch, enc_len=enc_len, dec_len=dec_len, gen_len=gen_len)
   peer_dropout = 0.1 if mode == 'train' else 0.0
-  config = t5_small_config(peer_dropout if dropout_rate is None else dropout_rate, tiny)
+  config = t5_small_config(peer_dropout if dropout_rate is None else dropout_rate, tiny, precision)
   load_before = os.getloadavg()
   with machine.Section('t2t') as t2t_section:
     if mode == 'train':
@@ -337,7 +354,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
   else:
     with machine.Section('peer') as peer_section:
       peer_result, peer_error = run_peer(peer or default_peer_path(), mode, steps, warmup, beams,
-                                         threads, ours['flops_per_step'])
+                                         threads, ours['flops_per_step'], precision=precision)
     sections.append(peer_section)
 
   ratio = None
@@ -347,8 +364,9 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
                  speedup_median=peer_result['median_s'] / ours['median_s'])
   return dict(
       benchmark='t5_small_cpu', mode=mode, model='tiny' if tiny else 't5_1_0_small',
+      precision=precision,
       config=dict(dataclasses.asdict(config), dtype=str(config.dtype),
-                  param_dtype=str(config.param_dtype)),
+                  param_dtype=str(config.param_dtype), matmul_dtype=str(config.matmul_dtype)),
       shapes=shapes,
       steps=steps, warmup=warmup, threads=threads, cpu_count=os.cpu_count(),
       cpus_used=sorted(os.sched_getaffinity(0)),
@@ -360,20 +378,28 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
 
 def run_all(*, steps: int = 5, warmup: int = 2, threads: int = 2, peer: Path | None = None,
             no_peer: bool = False, tiny: bool = False, batch: int = 8, enc_len: int = 512,
-            dec_len: int = 114, gen_len: int = 64, roof_reps: int = 10) -> dict[str, Any]:
-  """The issue's suite: matmul roof, train step, greedy and beam-4 decoding, each against the peer."""
+            dec_len: int = 114, gen_len: int = 64, roof_reps: int = 10, precision: str = 'fp32'
+            ) -> dict[str, Any]:
+  """The issue's suite: matmul roof, train step, greedy and beam-4 decoding, each against the peer.
+
+  The roof is measured for fp32 and bf16 operands; the train step's fraction uses the roof of the
+  run's `precision`.
+  """
   _check_common(steps, warmup, batch=batch, enc_len=enc_len, dec_len=dec_len, gen_len=gen_len)
+  t5_small_config(0.0, tiny, precision)  # an unknown precision is refused before anything runs
   with machine.Section('matmul_roof') as roof_section:
-    roof = jax_roof(roof_reps)
+    roof = jax_roof(roof_reps, ('float32', 'bfloat16'))
+  roof['roof_dtype'] = 'float32' if precision == 'fp32' else 'bfloat16'
+  roof['roof_gflops'] = roof['x'.join(map(str, ROOF_SHAPE)) + '_' + roof['roof_dtype']]['gflops_best']
   kw = dict(steps=steps, warmup=warmup, threads=threads, peer=peer, no_peer=no_peer, tiny=tiny,
-            batch=batch, enc_len=enc_len)
+            batch=batch, enc_len=enc_len, precision=precision)
   results = dict(train=run('train', dec_len=dec_len, **kw),
                  greedy=run('decode', beams=1, gen_len=gen_len, **kw),
                  beam4=run('decode', beams=4, gen_len=gen_len, **kw))
   sections = [roof_section.as_dict()] + [
       dict(sec, name=f'{name}/{sec["name"]}') for name, r in results.items() for sec in r['sections']]
   out = dict(benchmark='t5_small_cpu', mode='all', model='tiny' if tiny else 't5_1_0_small',
-             threads=threads, cpu_count=os.cpu_count(), cpus_used=sorted(os.sched_getaffinity(0)),
+             precision=precision, threads=threads, cpu_count=os.cpu_count(), cpus_used=sorted(os.sched_getaffinity(0)),
              versions=_versions(), matmul_roof=roof, results=results, sections=sections,
              loaded=any(s['loaded'] for s in sections))
   out['targets'] = report.targets(out)
@@ -397,6 +423,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                   help="train/decode: default the peer's, 0.1 train / 0 decode; another skips the peer")
   ap.add_argument('--dropout-prng', default=None, choices=['threefry2x32', 'rbg', 'unsafe_rbg'],
                   help="train: the dropout key's PRNG (default: the trainer's), for A/B runs")
+  ap.add_argument('--precision', default='fp32', choices=sorted(PRECISIONS),
+                  help='fp32 (default) or bf16: t2t with T5Config.matmul_dtype=bfloat16 (bf16 '
+                       'operands, float32 accumulation) against the peer under torch.autocast bf16')
   ap.add_argument('--peer', type=Path, default=None, help=f'default: {default_peer_path()}')
   ap.add_argument('--no-peer', action='store_true')
   ap.add_argument('--allow-loaded', action='store_true',
@@ -417,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   tf.config.threading.set_inter_op_parallelism_threads(1)
   common = dict(steps=args.steps, warmup=args.warmup, threads=args.threads, batch=args.batch,
                 enc_len=args.enc_len, gen_len=args.gen_len, tiny=args.tiny, peer=args.peer,
-                no_peer=args.no_peer, dec_len=args.dec_len)
+                no_peer=args.no_peer, dec_len=args.dec_len, precision=args.precision)
   try:
     if args.mode == 'all':
       result = run_all(**common)

@@ -132,7 +132,7 @@ class DecoderOnlyTransformer(nn.Module):
                        'input; a decoder-only model has no encoder. Use adapters or LoRA instead.')
     self.token_embedder = layers.Embed(num_embeddings=c.vocab_size, features=c.d_model,
                                        embedding_init=t5._normal(1.0), dtype=c.dtype,  # pylint: disable=protected-access
-                                       param_dtype=c.param_dtype)
+                                       param_dtype=c.param_dtype, matmul_dtype=c.matmul_dtype)
     self.decoder = DecoderOnlyStack(c, shared_embedding=self.token_embedder)
 
   def __call__(self, decoder_input_tokens: Array, decoder_segment_ids: Array | None = None,

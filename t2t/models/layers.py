@@ -12,6 +12,7 @@ norm, attention logits *not* scaled by 1/sqrt(d_kv) (the scaling lives in the qu
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Sequence
 
@@ -31,6 +32,73 @@ NEG_INF = -1e10
 
 def _canonical_axes(axes: Sequence[int], ndim: int) -> tuple[int, ...]:
   return tuple(a % ndim for a in axes)
+
+
+def matmul(spec: str, a: Array, b: Array, dtype: DType, matmul_dtype: DType | None = None) -> Array:
+  """`jnp.einsum(spec, a, b)` with its result in `dtype`; `matmul_dtype` sets the operands' dtype.
+
+  `matmul_dtype=None`: both operands cast to `dtype`, a plain einsum. Otherwise (e.g. bfloat16,
+  mixed precision as on a TPU's MXU) the operands are rounded to `matmul_dtype` and the product is
+  accumulated in float32 and returned in `dtype`, and so are the two matmuls of the backward pass
+  (`_mixed_einsum`): without that, JAX transposes a mixed dot into float32 x float32 dots. On a
+  CPU with AVX512_BF16 this is XLA's fast dot path (benchmarks/README.md). `spec` must name every
+  index of `a` in `b` or in the output and vice versa (true of every matmul in t2t).
+  """
+  if matmul_dtype is None:
+    return jnp.einsum(spec, jnp.asarray(a, dtype), jnp.asarray(b, dtype))
+  return _mixed_einsum(spec, jnp.dtype(matmul_dtype), jnp.dtype(dtype), a, b)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _mixed_einsum(spec: str, matmul_dtype: DType, dtype: DType, a: Array, b: Array) -> Array:
+  return _mixed_einsum_fwd(spec, matmul_dtype, dtype, a, b)[0]
+
+
+def _mixed_einsum_fwd(spec, matmul_dtype, dtype, a, b):
+  a_low, b_low = jnp.asarray(a, matmul_dtype), jnp.asarray(b, matmul_dtype)
+  inputs, out_spec = spec.split('->')
+  a_spec, b_spec = inputs.split(',')
+  out = _einsum_f32(a_spec, a_low, b_spec, b_low, out_spec)
+  # The residuals keep the operands' dtypes as zero-size arrays (custom_vjp residuals are arrays).
+  return out.astype(dtype), (a_low, b_low, jnp.zeros((0,), a.dtype), jnp.zeros((0,), b.dtype))
+
+
+def _mixed_einsum_bwd(spec, matmul_dtype, dtype, residuals, ct):
+  a_low, b_low, a_like, b_like = residuals
+  inputs, out = spec.split('->')
+  a_spec, b_spec = inputs.split(',')
+  ct_low = jnp.asarray(ct, matmul_dtype)
+  da = _einsum_f32(out, ct_low, b_spec, b_low, a_spec)
+  db = _einsum_f32(out, ct_low, a_spec, a_low, b_spec)
+  return da.astype(a_like.dtype), db.astype(b_like.dtype)
+
+
+def _einsum_f32(x_spec: str, x: Array, y_spec: str, y: Array, out_spec: str) -> Array:
+  """einsum(x, y) accumulated in float32, the operand whose batch indices lead going first.
+
+  XLA's CPU dot for bf16 x bf16 -> f32 refuses some operand layouts at run time ("Unsupported
+  element type for DotThunk"), e.g. 'bqhd,bhqk->bkhd', while the swapped 'bhqk,bqhd->bkhd' runs.
+  """
+  batch = [c for c in x_spec if c in y_spec and c in out_spec]
+  if not x_spec.startswith(''.join(batch)) and y_spec.startswith(''.join(batch)):
+    x_spec, x, y_spec, y = y_spec, y, x_spec, x
+  return jnp.einsum(f'{x_spec},{y_spec}->{out_spec}', x, y, preferred_element_type=jnp.float32)
+
+
+_mixed_einsum.defvjp(_mixed_einsum_fwd, _mixed_einsum_bwd)
+
+
+def _dense_spec(ndim: int, axis: tuple[int, ...], num_features: int) -> str:
+  """The einsum of a DenseGeneral: input dims `axis` contracted with the kernel's leading dims.
+
+  E.g. ndim 4, axis (2, 3), 1 feature: 'abcd,cde->abe'.
+  """
+  letters = 'abcdefghijklmnopqrstuvwxyz'
+  x = letters[:ndim]
+  features = letters[ndim:ndim + num_features]
+  kernel = ''.join(x[a] for a in axis) + features
+  out = ''.join(c for i, c in enumerate(x) if i not in axis) + features
+  return f'{x},{kernel}->{out}'
 
 
 class RMSNorm(nn.Module):
@@ -66,6 +134,7 @@ class DenseGeneral(nn.Module):
   kernel_init: Initializer = nn.initializers.lecun_normal()
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
+  matmul_dtype: DType | None = None   # operands' dtype in the matmul (`matmul`)
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -78,10 +147,7 @@ class DenseGeneral(nn.Module):
                        f'kernel dimensions (shape {kernel_shape}).')
     kernel = self.param('kernel', nn.with_logical_partitioning(self.kernel_init, self.kernel_axes),
                         kernel_shape, self.param_dtype)
-    kernel = jnp.asarray(kernel, self.dtype)
-    x = jnp.asarray(x, self.dtype)
-    contract = (axis, tuple(range(len(axis))))
-    return jax.lax.dot_general(x, kernel, (contract, ((), ())))
+    return matmul(_dense_spec(x.ndim, axis, len(features)), x, kernel, self.dtype, self.matmul_dtype)
 
 
 class Embed(nn.Module):
@@ -91,6 +157,7 @@ class Embed(nn.Module):
   embedding_init: Initializer = nn.initializers.normal(stddev=1.0)
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
+  matmul_dtype: DType | None = None   # `attend`'s operands (`matmul`)
 
   def setup(self):
     self.embedding = self.param(
@@ -105,8 +172,8 @@ class Embed(nn.Module):
 
   def attend(self, query: Array) -> Array:
     """[b, l, embed] -> [b, l, vocab] logits against the embedding table."""
-    return jnp.einsum('...d,vd->...v', jnp.asarray(query, self.dtype),
-                      jnp.asarray(self.embedding, self.dtype))
+    x = 'abcdefgh'[:query.ndim]
+    return matmul(f'{x},z{x[-1]}->{x[:-1]}z', query, self.embedding, self.dtype, self.matmul_dtype)
 
 
 def relative_position_bucket(relative_position: np.ndarray, *, bidirectional: bool,
@@ -253,10 +320,12 @@ class MultiHeadAttention(nn.Module):
   out_init: Initializer = nn.initializers.normal(stddev=1.0)
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
+  matmul_dtype: DType | None = None   # operands of every matmul here (`matmul`)
 
   def _proj(self, name: str, init: Initializer) -> DenseGeneral:
     return DenseGeneral(features=(self.num_heads, self.d_kv), kernel_axes=('embed', 'heads', 'kv'),
-                        kernel_init=init, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+                        kernel_init=init, dtype=self.dtype, param_dtype=self.param_dtype,
+                        matmul_dtype=self.matmul_dtype, name=name)
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array, bias: Array | None, *,
@@ -286,16 +355,19 @@ class MultiHeadAttention(nn.Module):
     key = nn.with_logical_constraint(key, qkv_axes)
     value = nn.with_logical_constraint(value, qkv_axes)
 
-    logits = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
+    if self.matmul_dtype is None:
+      logits = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
+    else:
+      logits = matmul('bqhd,bkhd->bhqk', query, key, jnp.float32, self.matmul_dtype)
     if bias is not None:
       logits = logits + jnp.asarray(bias, jnp.float32)
     weights = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
     weights = _dropout(weights, self.dropout_rate, enable_dropout)
-    out = jnp.einsum('bhqk,bkhd->bqhd', weights, value)
+    out = matmul('bhqk,bkhd->bqhd', weights, value, self.dtype, self.matmul_dtype)
     out = nn.with_logical_constraint(out, qkv_axes)
     out = DenseGeneral(features=inputs_q.shape[-1], axis=(-2, -1), kernel_axes=('heads', 'kv', 'embed'),
                        kernel_init=self.out_init, dtype=self.dtype, param_dtype=self.param_dtype,
-                       name='out')(out)
+                       matmul_dtype=self.matmul_dtype, name='out')(out)
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
   def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array]:
@@ -339,6 +411,7 @@ class MlpBlock(nn.Module):
   wo_init: Initializer = nn.initializers.normal(stddev=1.0)
   dtype: DType = jnp.float32
   param_dtype: DType = jnp.float32
+  matmul_dtype: DType | None = None   # operands of wi / wo (`matmul`)
 
   @nn.compact
   def __call__(self, x: Array, *, enable_dropout: bool = True) -> Array:
@@ -350,13 +423,15 @@ class MlpBlock(nn.Module):
         raise ValueError(f'MlpBlock: unknown activation {act!r}; expected one of {sorted(acts)}.')
       name = 'wi' if len(self.activations) == 1 else f'wi_{i}'
       y = DenseGeneral(self.d_ff, kernel_axes=('embed', 'mlp'), kernel_init=self.wi_init,
-                       dtype=self.dtype, param_dtype=self.param_dtype, name=name)(x)
+                       dtype=self.dtype, param_dtype=self.param_dtype,
+                       matmul_dtype=self.matmul_dtype, name=name)(x)
       y = acts[act](y)
       h = y if h is None else h * y
     h = nn.with_logical_constraint(h, ('batch', 'length', 'mlp'))
     h = _dropout(h, self.dropout_rate, enable_dropout)
     out = DenseGeneral(x.shape[-1], kernel_axes=('mlp', 'embed'), kernel_init=self.wo_init,
-                       dtype=self.dtype, param_dtype=self.param_dtype, name='wo')(h)
+                       dtype=self.dtype, param_dtype=self.param_dtype,
+                       matmul_dtype=self.matmul_dtype, name='wo')(h)
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
 

@@ -41,7 +41,8 @@ class T5EncoderStates(nn.Module):
                        'False (parameter paths are then encoder/layers_{i}, as in checkpoints).')
     self.token_embedder = layers.Embed(num_embeddings=c.vocab_size, features=c.d_model,
                                        embedding_init=nn.initializers.normal(stddev=1.0),
-                                       dtype=c.dtype, param_dtype=c.param_dtype)
+                                       dtype=c.dtype, param_dtype=c.param_dtype,
+                                       matmul_dtype=c.matmul_dtype)
     self.encoder = Encoder(c, shared_embedding=self.token_embedder)
     self.prompt = (peft.PromptEmbedding(c.num_prompt_tokens, c.d_model, dtype=c.dtype,
                                         param_dtype=c.param_dtype)

@@ -73,6 +73,10 @@ class T5Config:
   tie_word_embeddings: bool = True        # share input embedding and output projection (v1.0)
   dtype: Any = jnp.float32                # activation / computation dtype (e.g. 'bfloat16')
   param_dtype: Any = jnp.float32          # parameter storage dtype
+  # Operand dtype of every matmul (None: `dtype`). 'bfloat16' rounds the operands to bf16 and
+  # accumulates and returns in `dtype` (mixed precision as on a TPU's MXU; on a CPU with
+  # AVX512_BF16, XLA's faster dot kernels). Not bit-compatible with an fp32 run.
+  matmul_dtype: Any = None
   # Table 2's "encoder-decoder, shared" (P params, cost M): decoder layer i reuses encoder layer i's
   # self-attention, FFN and their layer norms. Encoder-decoder attention (and its norm) has no
   # encoder counterpart and keeps its own weights, as do the two relative position tables (their
@@ -123,6 +127,8 @@ class T5Config:
     # Accept dtype names from gin ('bfloat16') and store canonical numpy dtypes (hashable, comparable).
     object.__setattr__(self, 'dtype', jnp.dtype(self.dtype))
     object.__setattr__(self, 'param_dtype', jnp.dtype(self.param_dtype))
+    if self.matmul_dtype is not None:
+      object.__setattr__(self, 'matmul_dtype', jnp.dtype(self.matmul_dtype))
 
   @property
   def mlp_activations(self) -> tuple[str, ...]:
@@ -144,13 +150,14 @@ def _attention(c: T5Config, name: str | None = None) -> layers.MultiHeadAttentio
       num_heads=c.num_heads, d_kv=c.d_kv, dropout_rate=c.dropout_rate,
       q_init=_normal((c.d_model * c.d_kv) ** -0.5), kv_init=_normal(c.d_model ** -0.5),
       out_init=_normal((c.num_heads * c.d_kv) ** -0.5), dtype=c.dtype, param_dtype=c.param_dtype,
-      name=name)
+      matmul_dtype=c.matmul_dtype, name=name)
 
 
 def _mlp(c: T5Config, name: str | None = None) -> layers.MlpBlock:
   return layers.MlpBlock(d_ff=c.d_ff, activations=c.mlp_activations, dropout_rate=c.dropout_rate,
                          wi_init=_normal(c.d_model ** -0.5), wo_init=_normal(c.d_ff ** -0.5),
-                         dtype=c.dtype, param_dtype=c.param_dtype, name=name)
+                         dtype=c.dtype, param_dtype=c.param_dtype, matmul_dtype=c.matmul_dtype,
+                         name=name)
 
 
 def _relpos(c: T5Config, bidirectional: bool, name: str | None = None) -> layers.RelativePositionBias:
@@ -381,7 +388,7 @@ def make_logits_dense(c: T5Config) -> layers.DenseGeneral | None:
     return None
   return layers.DenseGeneral(c.vocab_size, kernel_axes=('embed', 'vocab'),
                              kernel_init=_normal(c.d_model ** -0.5), dtype=c.dtype,
-                             param_dtype=c.param_dtype)
+                             param_dtype=c.param_dtype, matmul_dtype=c.matmul_dtype)
 
 
 class Decoder(nn.Module):
@@ -477,7 +484,7 @@ class Transformer(nn.Module):
     c = self.config
     self.token_embedder = layers.Embed(num_embeddings=c.vocab_size, features=c.d_model,
                                        embedding_init=_normal(1.0), dtype=c.dtype,
-                                       param_dtype=c.param_dtype)
+                                       param_dtype=c.param_dtype, matmul_dtype=c.matmul_dtype)
     self.encoder = Encoder(c, shared_embedding=self.token_embedder)
     self.prompt = (peft.PromptEmbedding(c.num_prompt_tokens, c.d_model, dtype=c.dtype,
                                         param_dtype=c.param_dtype)

@@ -138,3 +138,22 @@ def test_targets_and_table_from_a_result():
   out['targets'] = t
   text = report.table(out)
   assert 'LOADED MACHINE' in text and '| greedy | t2t |' in text and 'NO' in text
+
+
+def test_bf16_precision_sets_the_matmul_dtype_and_asks_the_peer_for_autocast(tmp_path, monkeypatch):
+  result = bench.run('train', steps=1, warmup=1, batch=2, enc_len=16, dec_len=8, tiny=True,
+                     dropout_rate=0.0, no_peer=True, precision='bf16')
+  ours = _check_common(result, 'train', steps=1)
+  assert result['precision'] == 'bf16' and result['config']['matmul_dtype'] == 'bfloat16'
+  assert all(math.isfinite(x) for x in ours['losses'])
+  with pytest.raises(ValueError, match='precision'):
+    bench.run('train', tiny=True, no_peer=True, precision='fp8')
+  # The peer gets --bf16-autocast (a stand-in script prints what it was given).
+  peer = tmp_path / 'peer.py'
+  peer.write_text('import json, sys\nprint("RESULT " + json.dumps(dict(step_times=[1.0], batch=1, '
+                  'enc_len=1, dec_len=1, argv=sys.argv[1:])))\n')
+  monkeypatch.setattr(bench, 'peer_unavailable', lambda p: None)
+  got, why = bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1, precision='bf16')
+  assert why is None and '--bf16-autocast' in got['raw']['argv']
+  got, _ = bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1)
+  assert '--bf16-autocast' not in got['raw']['argv']

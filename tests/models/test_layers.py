@@ -200,3 +200,79 @@ def test_dropout_module_scales_kept_values_and_is_identity_when_off():
   np.testing.assert_array_equal(drop.apply({}, x, deterministic=True), x)
   with pytest.raises(Exception, match='dropout'):  # flax: the rng collection is needed
     drop.apply({}, x, deterministic=False)
+
+
+# ------------------------------------------------------------------ mixed-precision matmuls
+_ROUNDS_AWAY = 1.0 + 2.0 ** -8   # in float32, but between two bfloat16 values: rounds to 1.0
+
+
+def test_matmul_mixed_rounds_operands_and_accumulates_in_float32():
+  a = jnp.array([[_ROUNDS_AWAY, 3.0]], jnp.float32)
+  b = jnp.array([[1.0], [_ROUNDS_AWAY]], jnp.float32)
+  exact = layers.matmul('ij,jk->ik', a, b, jnp.float32)
+  assert exact.dtype == jnp.float32 and float(exact[0, 0]) == 4.0 + 4 * 2.0 ** -8
+  mixed = layers.matmul('ij,jk->ik', a, b, jnp.float32, jnp.bfloat16)
+  assert mixed.dtype == jnp.float32 and float(mixed[0, 0]) == 4.0   # 1*1 + 3*1 after rounding
+  # 257 ones: a bfloat16 accumulator stops at 256 (its spacing there is 2); float32 does not.
+  ones = jnp.ones((1, 257), jnp.float32)
+  assert float(layers.matmul('ij,jk->ik', ones, ones.T, jnp.float32, jnp.bfloat16)[0, 0]) == 257.0
+  # Result dtype follows `dtype`, whatever the operands' dtype.
+  assert layers.matmul('ij,jk->ik', a, b, jnp.bfloat16, jnp.bfloat16).dtype == jnp.bfloat16
+
+
+def test_matmul_mixed_gradients_use_the_rounded_operands():
+  """d sum(a @ b) / da = 1 @ round(b)^T and / db = round(a)^T @ 1, returned in float32."""
+  a = jnp.array([[_ROUNDS_AWAY, 3.0]], jnp.float32)
+  b = jnp.array([[1.0], [_ROUNDS_AWAY]], jnp.float32)
+  loss = lambda a, b: jnp.sum(layers.matmul('ij,jk->ik', a, b, jnp.float32, jnp.bfloat16))
+  da, db = jax.grad(loss, argnums=(0, 1))(a, b)
+  assert da.dtype == db.dtype == jnp.float32
+  np.testing.assert_array_equal(da, [[1.0, 1.0]])           # float32 would give [1, 1 + 2^-8]
+  np.testing.assert_array_equal(db, [[1.0], [3.0]])         # float32 would give [1 + 2^-8, 3]
+  exact_da, _ = jax.grad(lambda a, b: jnp.sum(a @ b), argnums=(0, 1))(a, b)
+  np.testing.assert_array_equal(exact_da, [[1.0, _ROUNDS_AWAY]])
+
+
+@pytest.mark.parametrize('q_len,k_len', [(7, 7), (5, 9)])
+def test_attention_with_bf16_matmuls_runs_forward_and_backward_close_to_float32(q_len, k_len):
+  """Every einsum of attention, forward and both backward ones, on XLA's CPU bf16 dot (some operand
+  orders are refused at run time there: `_einsum_f32` orders them)."""
+  rng = np.random.default_rng(0)
+  xq = jnp.asarray(rng.normal(size=(2, q_len, 16)), jnp.float32)
+  xk = jnp.asarray(rng.normal(size=(2, k_len, 16)), jnp.float32)
+  results = {}
+  for md in (None, jnp.bfloat16):
+    attn = layers.MultiHeadAttention(num_heads=2, d_kv=8, matmul_dtype=md,
+                                     q_init=nn.initializers.normal(0.3),
+                                     kv_init=nn.initializers.normal(0.3),
+                                     out_init=nn.initializers.normal(0.3))
+    params = nn.unbox(attn.init(jax.random.PRNGKey(0), xq, xk, None))['params']
+    loss = lambda p, xq, xk: jnp.sum(jnp.sin(attn.apply({'params': p}, xq, xk, None,
+                                                        enable_dropout=False)))
+    value, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(params, xq, xk)
+    results[md] = (value, grads)
+  (v32, g32), (v16, g16) = results[None], results[jnp.bfloat16]
+  assert jax.tree.all(jax.tree.map(lambda g: g.dtype == jnp.float32, g16))
+  np.testing.assert_allclose(v16, v32, rtol=2e-2, atol=2e-2)
+  for a, b in zip(jax.tree.leaves(g16), jax.tree.leaves(g32)):
+    assert np.all(np.isfinite(a))
+    assert float(jnp.linalg.norm(a - b)) <= 3e-2 * float(jnp.linalg.norm(b)) + 1e-6
+
+
+def test_dense_and_embed_attend_with_bf16_matmuls_match_rounded_float32():
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.normal(size=(2, 3, 4, 5)), jnp.float32)
+  dense = layers.DenseGeneral(features=6, axis=(-2, -1), kernel_axes=('heads', 'kv', 'embed'),
+                              matmul_dtype=jnp.bfloat16)
+  params = nn.unbox(dense.init(jax.random.PRNGKey(0), x))['params']
+  rounded = lambda t: jnp.asarray(jnp.asarray(t, jnp.bfloat16), jnp.float32)
+  want = jnp.einsum('abcd,cde->abe', rounded(x), rounded(params['kernel']))
+  got = dense.apply({'params': params}, x)
+  assert got.shape == (2, 3, 6) and got.dtype == jnp.float32
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  embed = layers.Embed(num_embeddings=11, features=5, matmul_dtype=jnp.bfloat16)
+  q = jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.float32)
+  eparams = nn.unbox(embed.init(jax.random.PRNGKey(1), jnp.zeros((1, 1), jnp.int32)))['params']
+  np.testing.assert_allclose(embed.apply({'params': eparams}, q, method=layers.Embed.attend),
+                             jnp.einsum('abd,vd->abv', rounded(q), rounded(eparams['embedding'])),
+                             rtol=1e-6, atol=1e-6)

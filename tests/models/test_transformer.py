@@ -143,9 +143,9 @@ def test_dropout_rng_and_determinism():
     model.apply({'params': params}, *args, enable_dropout=True)  # no 'dropout' rng given
 
 
-def test_kv_cache_steps_match_full_forward(tied):
-  """Feeding the decoder one token at a time through the cache reproduces the full logits."""
-  model, params, _, batch = tied
+def _check_cached_steps_match_full_forward(model, params, batch):
+  """Feeds the decoder one token at a time through the cache and compares with the full logits;
+  returns (encoded, enc, dec, cache) after the last step."""
   enc = jnp.asarray(batch['encoder_input_tokens'])
   dec = jnp.asarray(batch['decoder_input_tokens'])
   full = _logits(model, params, enc, dec)
@@ -160,6 +160,13 @@ def test_kv_cache_steps_match_full_forward(tied):
     logits, state = step(cache, dec[:, t:t + 1])
     cache = state['cache']
     np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-5, rtol=1e-5)
+  return encoded, enc, dec, cache
+
+
+def test_kv_cache_steps_match_full_forward(tied):
+  """Feeding the decoder one token at a time through the cache reproduces the full logits."""
+  model, params, _, batch = tied
+  encoded, enc, dec, cache = _check_cached_steps_match_full_forward(model, params, batch)
   with pytest.raises(ValueError, match='one token'):
     model.apply({'params': params, 'cache': cache}, encoded, enc, dec[:, :2], enable_dropout=False,
                 decode=True, mutable=['cache'], method=Transformer.decode)
@@ -241,3 +248,36 @@ def test_six_plus_six_is_half_the_layers():
   layer_params = _count(nn.unbox(full)['params']) - _count(nn.unbox(half)['params'])
   assert layer_params == _count(nn.unbox(half)['params']['encoder']['layers_0']) + _count(
       nn.unbox(half)['params']['decoder']['layers_0'])
+
+
+def test_bf16_matmuls_keep_the_parameters_and_stay_close_to_float32(tied):
+  """T5Config.matmul_dtype='bfloat16': same parameter tree, logits and gradients near float32's."""
+  model, params, _, batch = tied
+  mixed = Transformer(helpers.tiny_config(matmul_dtype='bfloat16'))
+  assert mixed.config.matmul_dtype == jnp.bfloat16
+  enc, dec = jnp.asarray(batch['encoder_input_tokens']), jnp.asarray(batch['decoder_input_tokens'])
+
+  def loss(m, p):
+    logits = m.apply({'params': p}, enc, dec, enable_dropout=False)
+    return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - logits[..., 0])
+
+  l32, g32 = jax.value_and_grad(lambda p: loss(model, p))(params)
+  l16, g16 = jax.value_and_grad(lambda p: loss(mixed, p))(params)   # the float32 params, unchanged
+  np.testing.assert_allclose(l16, l32, rtol=1e-2)
+  assert jax.tree.structure(g16) == jax.tree.structure(g32)
+  # bf16 keeps ~3 significant digits (and flips a few ReLUs): the whole gradient within 5% of
+  # float32's in norm, each leaf pointing the same way (cosine >= 0.99).
+  flat16 = jnp.concatenate([a.ravel() for a in jax.tree.leaves(g16)])
+  flat32 = jnp.concatenate([b.ravel() for b in jax.tree.leaves(g32)])
+  assert float(jnp.linalg.norm(flat16 - flat32)) <= 5e-2 * float(jnp.linalg.norm(flat32))
+  for a, b in zip(jax.tree.leaves(g16), jax.tree.leaves(g32)):
+    assert a.dtype == jnp.float32
+    cosine = jnp.vdot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b) + 1e-30)
+    assert float(cosine) >= 0.99
+
+
+def test_bf16_matmuls_decode_through_the_kv_cache(tied):
+  """With bf16 matmuls the cached one-token steps still reproduce the full forward pass."""
+  _, params, _, batch = tied
+  _check_cached_steps_match_full_forward(
+      Transformer(helpers.tiny_config(matmul_dtype='bfloat16')), params, batch)

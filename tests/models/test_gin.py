@@ -72,3 +72,12 @@ def test_decoding_strategy_is_configurable(parse):
   assert model.decode_fn is decoding.beam_search
   with gin.config_scope(None):
     assert gin.query_parameter('beam_search.beam_size') == 3
+
+
+def test_matmul_dtype_macro_reaches_the_model(parse):
+  parse('tiny')
+  assert gin.query_parameter('%MODEL').scoped_configurable_fn().module.config.matmul_dtype is None
+  gin.clear_config()
+  parse('tiny', ["MATMUL_DTYPE = 'bfloat16'"])
+  config = gin.query_parameter('%MODEL').scoped_configurable_fn().module.config
+  assert config.matmul_dtype == jnp.bfloat16 and config.dtype == jnp.float32

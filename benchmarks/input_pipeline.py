@@ -1,6 +1,7 @@
 """Input pipeline throughput: BBC span corruption, tokenised and packed to 512/114 batches of 8.
 
   python -m benchmarks.input_pipeline [--batches 50] [--warmup 5] [--batch 8] [--task bbc_span_corruption]
+         [--peer-python /path/to/venv-with-t5/bin/python]
 
 Reads batches from `t2t.training.inputs.train_batches` (the stream training uses: seqio, one tf.data
 thread, shuffled, packed by `seqio.EncDecFeatureConverter(pack=True)`) and prints one JSON line:
@@ -8,13 +9,22 @@ tokens/s counted as `inputs.count_tokens` does (non-padding encoder inputs + dec
 as slots (batch x (512 + 114), what the train step consumes), with the load average. Compare
 `slot_tokens_per_s` with the train step's tokens/s from `benchmarks.t5_small_cpu train`: the
 pipeline must be far faster, since it runs on one thread beside the step.
+
+`--peer-python` also runs the `t5` package's reference pipeline (benchmarks/t5_reference_pipeline.py)
+under that interpreter, on the same training articles and vocabulary, after t2t's: the JSON then
+holds both and their ratio. The `t5` package pins seqio-nightly and tfds-nightly, so it needs its
+own virtual environment (`python3.11 -m venv /tmp/t5venv && /tmp/t5venv/bin/pip install t5==0.9.4`).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import pathlib
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from typing import Sequence
 
@@ -49,14 +59,52 @@ def measure(task: str, batches: int, warmup: int, batch_size: int, seed: int = 0
               fill=tokens / (batches * slots), loadavg=os.getloadavg(), cpu_count=os.cpu_count())
 
 
+PEER_SCRIPT = pathlib.Path(__file__).resolve().parent / 't5_reference_pipeline.py'
+
+
+def run_peer(python: str, batches: int, warmup: int, batch_size: int) -> tuple[dict | None, str | None]:
+  """(the reference pipeline's RESULT, None) or (None, why it did not run)."""
+  if not pathlib.Path(python).is_file():
+    return None, f'--peer-python {python} does not exist'
+  check = subprocess.run([python, '-c', 'import t5'], capture_output=True, text=True)
+  if check.returncode:
+    return None, f'the t5 package is not importable by {python}: pip install t5==0.9.4 there'
+  from t2t.data import sources, vocabularies
+  with tempfile.NamedTemporaryFile('w', suffix='.jsonl', delete=False) as f:
+    for article in sources.bbc_articles('train'):
+      f.write(json.dumps({'text': article['text']}) + '\n')
+  try:
+    proc = subprocess.run([python, str(PEER_SCRIPT), '--texts', f.name,
+                           '--vocab', str(vocabularies.BBC_VOCAB_PATH), '--batches', str(batches),
+                           '--warmup', str(warmup), '--batch', str(batch_size)],
+                          capture_output=True, text=True)
+  finally:
+    os.unlink(f.name)
+  lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('RESULT ')]
+  if proc.returncode or not lines:
+    return None, f'the reference pipeline failed (rc {proc.returncode}): {proc.stderr.strip()[-500:]}'
+  return json.loads(lines[-1][len('RESULT '):]), None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('--task', default='bbc_span_corruption')
   ap.add_argument('--batches', type=int, default=50)
   ap.add_argument('--warmup', type=int, default=5)
   ap.add_argument('--batch', type=int, default=8)
+  ap.add_argument('--peer-python', default=None,
+                  help="an interpreter with the t5 package: also time t5's reference pipeline")
   args = ap.parse_args(argv)
-  print(json.dumps(measure(args.task, args.batches, args.warmup, args.batch)))
+  result = measure(args.task, args.batches, args.warmup, args.batch)
+  if args.peer_python:
+    peer, why = run_peer(args.peer_python, args.batches, args.warmup, args.batch)
+    result.update(peer=peer, peer_error=why,
+                  t2t_over_peer_tokens_per_s=(result['tokens_per_s'] / peer['tokens_per_s']
+                                              if peer else None),
+                  loadavg_after_peer=os.getloadavg())
+    if why:
+      print(f'benchmarks.input_pipeline: the peer did not run: {why}', file=sys.stderr)
+  print(json.dumps(result))
 
 
 if __name__ == '__main__':

@@ -52,14 +52,17 @@ def evaluate(*,
              task_feature_lengths: Mapping[str, int] | None = None,
              batch_size: int = 32,
              num_examples: int | None = None,
-             partitioner: Partitioner | None = None) -> dict[str, dict[str, float]]:
+             partitioner: Partitioner | None = None,
+             bucket_lengths: bool = True) -> dict[str, dict[str, float]]:
   """Evaluates `checkpoint_path` on `split` of every task; returns {task: {metric: value}}.
 
   `task_feature_lengths=None` measures the longest example of each task (nothing truncated).
   Every kind of seqio metric is served: predict metrics get the greedy decodes, score metrics
   the targets' log-likelihoods, predict-with-aux metrics the decodes and aux
   {'scores': each decode's log-likelihood}. A prediction that a task's postprocessor cannot
-  handle counts as wrong (and is reported); it never stops the run.
+  handle counts as wrong (and is reported); it never stops the run. `bucket_lengths` (default)
+  sorts the examples by input length and runs each batch at a power-of-two bucket of its longest
+  input (`Predictor`) instead of the mixture's longest.
   """
   inputs.limit_tf_threads()
   paths.check_writable(output_dir, "EVAL_OUTPUT_DIR")  # before the evaluation, not after it
@@ -76,7 +79,7 @@ def evaluate(*,
       _check_not_empty(mixture_or_task_name, split, evaluator)
       shapes = {k: (batch_size, *v) for k, v in evaluator.model_feature_shapes.items()}
       predictor = Predictor.from_checkpoint(model, checkpoint_path, shapes, partitioner,
-                                            batch_size,
+                                            batch_size, bucket_lengths=bucket_lengths,
                                             vocabulary=vocabularies.task_record(provider))
       reporting.announce(f"Evaluating {checkpoint_path} (step {predictor.step}) on "
                          f"{mixture_or_task_name}.")

@@ -8,7 +8,8 @@ Trains a T5 (d_model 256, 2+2 layers, the offline BBC vocabulary) for one step o
 length is the mixture's longest article), `--rounds` times each with `bucket_lengths` True and
 False, interleaved. Each call is timed whole -- dataset, compiles (one per bucket shape), decoding,
 scoring, metrics -- since that is what a user waits for. Prints one JSON line: examples/s per
-setting (median over rounds), the ratio, whether both settings gave the same metrics, and the
+setting (median over rounds), the ratio, whether both settings gave the same metrics and the same
+predictions (the model has trained one step, so its outputs are poor but deterministic), and the
 machine's load (the benchmark refuses a loaded machine unless `--allow-loaded`; the JSON says so).
 """
 from __future__ import annotations
@@ -84,7 +85,20 @@ def measure(rounds: int, num_examples: int, batch_size: int, tiny: bool = False,
       seconds=times, median_s=medians,
       examples_per_s={name: examples / s for name, s in medians.items()},
       speedup_bucketed=medians['padded'] / medians['bucketed'],
-      same_metrics=_same(metrics['bucketed'], metrics['padded']), metrics=metrics)
+      same_metrics=_same(metrics['bucketed'], metrics['padded']), metrics=metrics,
+      same_predictions=_predictions(work, 'bucketed', rounds - 1) == _predictions(
+          work, 'padded', rounds - 1))
+
+
+def _predictions(work: str, name: str, round_: int) -> dict[str, list[Any]]:
+  """{file: [each example's prediction]} of one evaluation's predictions files."""
+  out = {}
+  directory = os.path.join(work, f'eval_{name}_{round_}')
+  for fname in sorted(os.listdir(directory)):
+    if fname.endswith('.predictions.jsonl'):
+      with open(os.path.join(directory, fname)) as f:
+        out[fname] = [json.loads(line)['prediction'] for line in f]
+  return out
 
 
 def _same(a: dict[str, Any], b: dict[str, Any], rel: float = 1e-5) -> bool:
@@ -132,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   print(f"t2t.eval on {'+'.join(TASKS)} ({result['examples_per_call']} examples, batch "
         f"{args.batch}): bucketed {result['examples_per_s']['bucketed']:.1f} examples/s, padded "
         f"{result['examples_per_s']['padded']:.1f} examples/s, {result['speedup_bucketed']:.2f}x; "
-        f"same metrics: {result['same_metrics']}"
+        f"same metrics: {result['same_metrics']}, same predictions: {result['same_predictions']}"
         + ('; MEASURED ON A LOADED MACHINE' if result['loaded'] else ''), file=sys.stderr)
 
 

@@ -12,7 +12,7 @@ def test_bucketed_and_padded_evaluations_agree(tmp_path):
   assert set(result['median_s']) == {'bucketed', 'padded'}
   assert all(s > 0 for s in result['median_s'].values())
   assert result['speedup_bucketed'] > 0
-  assert result['same_metrics'] is True
+  assert result['same_metrics'] is True and result['same_predictions'] is True
   assert set(result['metrics']['bucketed']) == set(eval_throughput.TASKS)
   # Both settings wrote their own metrics file.
   assert (tmp_path / 'eval_bucketed_0' / 'metrics.json').exists()

@@ -57,6 +57,7 @@ from t2t.data import limited  # noqa: F401  (registers @limited_task for gin fil
 from t2t.data import registry
 from t2t.data import cache as cache_lib
 from t2t.training import adaptation, checkpoints, distributed, input_state, inputs, optim, paths
+from t2t.training import warm_start
 from t2t.training import preemption, reporting
 from t2t.training import trainer as trainer_lib
 from t2t.training import validation as validation_lib
@@ -141,7 +142,7 @@ def train(*,
     input_skip = int(meta.get("input_skip", 0))
     reporting.announce(f"Resuming from {model_dir} at step {latest}.")
   elif initial_checkpoint_path:
-    params, from_step, plan = checkpoints.restore_params(
+    params, from_step, plan = warm_start.restore_params(
         initial_checkpoint_path, tr.params_abstract, tr.params_shardings, tr.init_params,
         partial=partial_restore, reinitialize=reinitialize, added=adaptation.ADDED_PATTERNS,
         vocabulary=stream_meta.get("vocabulary"))

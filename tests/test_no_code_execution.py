@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t.training import checkpoints
+from t2t.training import checkpoints, warm_start
 from t2t.training.partitioning import Partitioner
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def test_restoring_a_checkpoint_with_payloads_runs_none_of_them(crafted):
   assert meta["batches_consumed"] == 3
   loaded, step = checkpoints.load_params(str(model_dir), params, _replicated(params))
   assert step == 3
-  loaded, step, _ = checkpoints.restore_params(str(model_dir / "checkpoint_3"), params,
+  loaded, step, _ = warm_start.restore_params(str(model_dir / "checkpoint_3"), params,
                                                _replicated(params), init_params=_tree)
   jax.tree.map(np.testing.assert_array_equal, loaded, params)
   assert not marker.exists()

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from t2t.training import checkpoints
+from t2t.training import checkpoints, warm_start
 
 POOLINGS = ("mean", "max", "first")
 _LAYER_PARAM = re.compile(r"(?:^|/)layers_(\d+)/")
@@ -112,7 +112,7 @@ def load_encoder_params(encoder: nn.Module, path: str) -> tuple[Any, int]:
   try:
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     saved = meta["param_shapes"]
-    plan = checkpoints.plan_restore(saved, checkpoints.param_shapes(abstract))
+    plan = warm_start.plan_restore(saved, checkpoints.param_shapes(abstract))
     if plan.reinitialised:
       have = checkpoint_num_states(saved)
       layers = f"its encoder has {', '.join(layer_names(have))}" if have else (
@@ -120,7 +120,7 @@ def load_encoder_params(encoder: nn.Module, path: str) -> tuple[Any, int]:
       if any(name.startswith("encoder/layers/") for name in saved):
         layers += (" (scanned layers, T5Config.scan_layers=True: probing needs the per-layer "
                    "form, see t2t.models.transformer.unstack_layer_params)")
-      missing = checkpoints.abbreviate(sorted(plan.reinitialised))
+      missing = warm_start.abbreviate(sorted(plan.reinitialised))
       raise ValueError(
           f"{where} does not fit the probed encoder ({type(encoder).__name__}): "
           f"{len(plan.reinitialised)} parameters missing or of another shape ({missing}); "

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from t2t.training import checkpoints
+from t2t.training import checkpoints, warm_start
 
 # Embedding tables of every family (PLAN convention 3); T5's relative position tables are not
 # embeddings here: they belong to the bottom layer, as in the reference layout (layer 0 owns them).
@@ -306,9 +306,9 @@ def load_pretrained(path: str, trainer: Any,
   Every parameter the checkpoint holds is restored (shapes must agree); parameters missing from
   it must match an `added` pattern (adapters, prompts, LoRA factors) and keep the trainer's fresh
   initialisation. Anything else missing, or extra in the checkpoint, is the usual
-  CheckpointMismatchError. `t2t.train` does the same through `checkpoints.restore_params`.
+  CheckpointMismatchError. `t2t.train` does the same through `warm_start.restore_params`.
   Returns (params, checkpoint step), sharded like `trainer.params_shardings`.
   """
-  params, step, _ = checkpoints.restore_params(
+  params, step, _ = warm_start.restore_params(
       path, trainer.params_abstract, trainer.params_shardings, trainer.init_params, added=added)
   return params, step

@@ -301,7 +301,7 @@ def test_masked_lm_parameters_load_into_a_bert_classifier_by_path():
   """A bbc_bert_mlm checkpoint restores into ClassifierModel(BertEncoderStates) (partial restore):
   the whole encoder loads, only the classifier head is new, only the MLM head is skipped."""
   from t2t.models import classifier_api
-  from t2t.training import checkpoints
+  from t2t.training import checkpoints, warm_start
   tokens = jnp.ones((2, 8), jnp.int32)
   mlm_shapes = jax.eval_shape(lambda: bert.BertMaskedLM(CONFIG).init(
       jax.random.PRNGKey(0), tokens, enable_dropout=False))['params']
@@ -310,7 +310,7 @@ def test_masked_lm_parameters_load_into_a_bert_classifier_by_path():
       encoding='joint')
   cls_shapes = jax.eval_shape(lambda: classifier.get_initial_variables(
       jax.random.PRNGKey(0), {'encoder_input_tokens': (2, 8)}))['params']
-  plan = checkpoints.plan_restore(checkpoints.param_shapes(nn.unbox(mlm_shapes)),
+  plan = warm_start.plan_restore(checkpoints.param_shapes(nn.unbox(mlm_shapes)),
                                   checkpoints.param_shapes(nn.unbox(cls_shapes)))
   assert plan.loaded and all(p.startswith('encoder/') for p in plan.loaded)
   assert 'encoder/layers_1/mlp/wo/kernel' in plan.loaded

@@ -14,7 +14,7 @@ import pytest
 import seqio
 
 from t2t.data import vocabularies
-from t2t.training import checkpoints, input_state
+from t2t.training import checkpoints, input_state, warm_start
 from t2t.training.partitioning import Partitioner
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -112,12 +112,12 @@ def test_load_and_restore_refuse_another_vocabulary(two_models, tmp_path):
   with pytest.raises(checkpoints.VocabularyMismatchError, match=message):
     checkpoints.load_params(str(tmp_path / "run"), tree, shardings, _record(b))
   with pytest.raises(checkpoints.VocabularyMismatchError, match=message):
-    checkpoints.restore_params(str(tmp_path / "run"), tree, shardings, _tree, vocabulary=_record(b))
+    warm_start.restore_params(str(tmp_path / "run"), tree, shardings, _tree, vocabulary=_record(b))
   # A partial restore with a new head still loads the embedding: still refused.
   with pytest.raises(checkpoints.VocabularyMismatchError, match=message):
-    checkpoints.restore_params(str(tmp_path / "run"), tree, shardings, _tree, partial=True,
+    warm_start.restore_params(str(tmp_path / "run"), tree, shardings, _tree, partial=True,
                                reinitialize=["head"], vocabulary=_record(b))
-  params, _, plan = checkpoints.restore_params(str(tmp_path / "run"), tree, shardings, _tree,
+  params, _, plan = warm_start.restore_params(str(tmp_path / "run"), tree, shardings, _tree,
                                                partial=True, reinitialize=["head"],
                                                vocabulary=_record(a))
   assert plan.loaded == ("embed",)

@@ -54,8 +54,11 @@ EXTRAS = {
     # seqio's Apache Beam cache job (DirectRunner here; Dataflow, Flink or Spark at scale).
     "beam": ["apache-beam==2.77.0", "google-crc32c~=1.9"],  # crc32c: fast TFRecord checksums
 }
-EXTRAS["test"] = ["pytest~=9.2", "pytest-xdist~=3.8", "hypothesis~=6.170", *EXTRAS["demo"],
-                  *EXTRAS["hf"], *EXTRAS["c4"], *EXTRAS["beam"]]
+# filelock: tests/conftest.py shares JAX's persistent compilation cache between the xdist workers
+# and their subprocesses; JAX locks each cache entry with it (it would otherwise come only
+# through torch and huggingface-hub).
+EXTRAS["test"] = ["pytest~=9.2", "pytest-xdist~=3.8", "hypothesis~=6.170", "filelock~=4.2",
+                  *EXTRAS["demo"], *EXTRAS["hf"], *EXTRAS["c4"], *EXTRAS["beam"]]
 
 setup(
     name="t2t",

@@ -1,4 +1,5 @@
-"""Test-wide settings: quiet TensorFlow, and keep tf.data off the cores that JAX needs."""
+"""Test-wide settings: quiet TensorFlow, keep tf.data off the cores that JAX needs, and one
+persistent JAX compilation cache for the session (see pytest_configure)."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -21,3 +22,48 @@ def _clear_gin_config():
   gin.clear_config()
   yield
   gin.clear_config()
+
+
+# The suite compiles the same tiny models over and over: in both xdist workers, and in the many
+# `python -m t2t.train / eval / infer` subprocesses the end-to-end tests start. JAX's persistent
+# compilation cache lets every process after the first load the executable instead of compiling
+# it again. Executables come back bit-identical (XLA serialises the compiled code), so no result
+# changes; the in-memory jit caches (`_cache_size()`) count a load like a compilation.
+#
+# One directory per session, made by the controller before xdist starts its workers (they and
+# every subprocess inherit the environment), under the controller's pytest base temp directory:
+# CI starts cold, and pytest's own retention (the last 3 runs) keeps it from growing across runs.
+# It never mixes with a user's own JAX cache: the variables below override theirs for the tests.
+# T2T_TEST_JAX_CACHE=0 turns it off (every process compiles, as before).
+#
+# A maximum size is set although nothing should be evicted: only with one does JAX take a file
+# lock (the `filelock` package, in the test extras) around each read and write of an entry.
+# Without it a worker could read an entry the other is still writing; JAX would then warn and
+# compile again -- correct, but noisy and slower.
+JAX_CACHE_ENV = {
+    "JAX_ENABLE_COMPILATION_CACHE": "true",
+    # Compilations faster than this are cheaper to redo than to hash, write and scan for.
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.2",
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 << 30),
+}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's tmpdir plugin has made its factory
+def pytest_configure(config):
+  if hasattr(config, "workerinput"):  # an xdist worker: the controller has set the environment
+    return
+  if os.environ.get("T2T_TEST_JAX_CACHE", "1") == "0":
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+    return
+  cache_dir = config._tmp_path_factory.getbasetemp() / "jax-compilation-cache"
+  cache_dir.mkdir(exist_ok=True)
+  os.environ.update(JAX_CACHE_ENV, JAX_COMPILATION_CACHE_DIR=str(cache_dir))
+  import sys
+  if "jax" in sys.modules:  # imported before this hook (a plugin): its config read the old values
+    import jax
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                      float(JAX_CACHE_ENV["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+    jax.config.update("jax_compilation_cache_max_size", int(JAX_CACHE_ENV["JAX_COMPILATION_CACHE_MAX_SIZE"]))
+    jax.config.update("jax_compilation_cache_dir", str(cache_dir))

@@ -41,6 +41,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -171,12 +172,9 @@ def _summary(times: Sequence[float], tokens: int, flops: int) -> dict[str, Any]:
               model_tflops_median=flops / med / 1e12, model_tflops_best=flops / best / 1e12)
 
 
-def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps: int,
-                warmup: int, dropout_prng: str | None = None) -> dict[str, Any]:
-  """Times `Trainer.step` on random tokens [batch, enc_len] -> [batch, dec_len] (all weighted).
-
-  `dropout_prng` None keeps the trainer's dropout key; else a key of that `jax.random` impl (A/B).
-  """
+def _train_setup(config: T5Config, batch: int, enc_len: int, dec_len: int
+                 ) -> tuple[Trainer, dict[str, np.ndarray]]:
+  """A Trainer for random tokens [batch, enc_len] -> [batch, dec_len] (all weighted), and the batch."""
   model = _model(config)
   rng = np.random.default_rng(0)
   targets = _tokens(rng, (batch, dec_len), config.vocab_size)
@@ -186,6 +184,16 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
               decoder_loss_weights=np.ones((batch, dec_len), np.float32))
   trainer = Trainer(model, adafactor_like_peer(), Partitioner(),
                     {k: v.shape for k, v in data.items()})
+  return trainer, data
+
+
+def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps: int,
+                warmup: int, dropout_prng: str | None = None) -> dict[str, Any]:
+  """Times `Trainer.step` on random tokens [batch, enc_len] -> [batch, dec_len] (all weighted).
+
+  `dropout_prng` None keeps the trainer's dropout key; else a key of that `jax.random` impl (A/B).
+  """
+  trainer, data = _train_setup(config, batch, enc_len, dec_len)
   if dropout_prng is not None:
     trainer.dropout_rng = jax.random.key(1, impl=dropout_prng)
   state = trainer.init_state()
@@ -203,6 +211,51 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
   return dict(**_summary(times, batch * (enc_len + dec_len), flops), compile_and_first_s=first,
               params=nparams, losses=losses, flops_per_step=flops,
               dropout_prng=str(jax.random.key_impl(trainer.dropout_rng)))
+
+
+def bench_compilation_cache(config: T5Config, batch: int, enc_len: int, dec_len: int
+                            ) -> dict[str, Any]:
+  """Compile + first train step with JAX's persistent compilation cache, cold and warm.
+
+  What `--compilation_cache_dir` (t2t/training/compilation_cache.py) buys a run that starts again:
+  in a fresh cache directory, a new Trainer's first step compiles and writes the cache (`cold_s`);
+  then `jax.clear_caches()` drops every in-memory executable and a second new Trainer's first step
+  traces and lowers again but reads XLA's executable from the directory (`warm_s`), as a new
+  process would (which also pays its imports, not counted here). The cache settings are restored
+  afterwards.
+  """
+  from jax.experimental.compilation_cache import compilation_cache as jax_cache
+  from jax import monitoring
+  hits = []
+  listener = lambda name, **kw: hits.append(name) if name == '/jax/compilation_cache/cache_hits' else None
+  monitoring.register_event_listener(listener)
+  out = {}
+  previous = (jax.config.jax_compilation_cache_dir,
+              jax.config.jax_persistent_cache_min_compile_time_secs)
+  with tempfile.TemporaryDirectory(prefix='t2t_bench_cache_') as cache_dir:
+    jax_cache.set_cache_dir(cache_dir)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)  # --tiny compiles fast
+    jax_cache.reset_cache()
+    try:
+      for name in ('cold_s', 'warm_s'):
+        jax.clear_caches()
+        trainer, data = _train_setup(config, batch, enc_len, dec_len)
+        state = trainer.init_state()
+        jax.block_until_ready(state)
+        t0 = time.perf_counter()
+        state, _ = trainer.step(state, data)
+        jax.block_until_ready(state)
+        out[name] = time.perf_counter() - t0
+        out[name.replace('_s', '_cache_hits')] = len(hits)
+        hits.clear()
+    finally:
+      jax_cache.set_cache_dir(previous[0])
+      jax.config.update('jax_persistent_cache_min_compile_time_secs', previous[1])
+      jax_cache.reset_cache()
+      monitoring.unregister_event_listener(listener)
+  if not out['warm_cache_hits']:
+    raise RuntimeError('The persistent compilation cache was not read back: no cache hits.')
+  return out
 
 
 def _no_eos(decode_fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
@@ -336,6 +389,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
   with machine.Section('t2t') as t2t_section:
     if mode == 'train':
       ours = bench_train(config, batch, enc_len, dec_len, steps, warmup, dropout_prng)
+      ours['compilation_cache'] = bench_compilation_cache(config, batch, enc_len, dec_len)
     else:
       ours = bench_decode(config, batch, enc_len, gen_len, beams, steps, warmup)
   load_mid = os.getloadavg()

@@ -4,6 +4,7 @@ Flags: `--gin_file` (repeatable), `--gin_bindings` (repeatable), `--gin.X=V` sho
 `--gin_search_path` (extra directories for gin files and includes). Multi-host runs (see
 docs/scaling.md): `--coordinator_address`, `--num_processes`, `--process_id`, or the gin
 bindings of `t2t.training.distributed.initialize`; nothing to set on TPU pods, SLURM or Open MPI.
+`--compilation_cache_dir DIR`: JAX's persistent compilation cache (t2t/training/compilation_cache.py).
 Errors that t2t raises for bad input (a gin macro left unset, an unknown task, an incompatible
 checkpoint, a missing file) are printed as one clear message instead of a traceback; set
 T2T_TRACEBACK=1 to see it.
@@ -26,6 +27,10 @@ flags.DEFINE_string("coordinator_address", None,
                     "Multi-host: host:port of process 0's coordinator (jax.distributed).")
 flags.DEFINE_integer("num_processes", None, "Multi-host: how many processes the run has.")
 flags.DEFINE_integer("process_id", None, "Multi-host: this process's index, 0 .. N - 1.")
+flags.DEFINE_string("compilation_cache_dir", None,
+                    "A private directory for JAX's persistent compilation cache: a later run of the "
+                    "same programs reads XLA's executables from it instead of compiling "
+                    "(t2t/training/compilation_cache.py). Child runs inherit it.")
 
 DISTRIBUTED_FLAGS = ("coordinator_address", "num_processes", "process_id")
 
@@ -92,6 +97,9 @@ def run(main: Callable[[Sequence[str]], None], distributed: bool = False) -> Non
     if not any(a.startswith(("--verbosity", "-v")) for a in argv):
       logging.set_verbosity(logging.WARNING)  # library chatter off; progress is printed
     try:
+      if FLAGS.compilation_cache_dir:
+        from t2t.training import compilation_cache
+        compilation_cache.enable(FLAGS.compilation_cache_dir)
       if distributed:
         global _parsed_by_run
         # Gin and flags first, then jax.distributed, before the entry point touches a device.

@@ -47,6 +47,10 @@ def test_train_tiny():
   # Random tokens over a 128-id vocabulary: the first loss is near ln(128) ~ 4.85.
   assert 3.0 < ours['losses'][0] < 8.0
   assert result['peer_error'] == 'disabled with --no-peer'
+  # The persistent compilation cache: written by the first compile, read back by the second.
+  cache = ours['compilation_cache']
+  assert cache['cold_s'] > 0 and cache['warm_s'] > 0 and cache['warm_cache_hits'] >= 1
+  assert cache['cold_cache_hits'] == 0
 
 
 def test_decode_tiny_beam_search_decodes_full_length():

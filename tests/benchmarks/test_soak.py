@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from benchmarks import soak
+from benchmarks import run_comparison, soak
 from t2t import train as train_lib
 from t2t.data import vocabularies
 from t2t.models.api import EncoderDecoderModel
@@ -39,15 +39,15 @@ def runs(tmp_path_factory):
   _train(root / "restarted", STEPS)
   shutil.copytree(root / "restarted", root / "straight")
   shutil.rmtree(root / "restarted" / "checkpoint_3")  # as a SIGKILL during step 3's save leaves
-  soak.set_aside_metrics(str(root / "restarted"))  # as the soak does before each restart
+  run_comparison.set_aside_metrics(str(root / "restarted"))  # as the soak does before each restart
   _train(root / "restarted", STEPS)  # resumes at step 2 and recomputes step 3
   _train(root / "other_seed", STEPS, seed=1)
   return {name: str(root / name) for name in ("straight", "restarted", "other_seed")}
 
 
 def test_a_restarted_run_matches_the_straight_one(runs):
-  c = soak.compare_runs(runs["restarted"], runs["straight"], STEPS)
-  assert soak.comparison_failures(c) == []
+  c = run_comparison.compare_runs(runs["restarted"], runs["straight"], STEPS)
+  assert run_comparison.comparison_failures(c) == []
   assert c["params"]["leaves"] == 26 and c["params"]["unequal_leaves"] == 0
   assert c["opt_state"]["leaves"] > 26 and c["opt_state"]["max_abs_diff"] == 0.0
   losses = c["losses"]
@@ -57,8 +57,8 @@ def test_a_restarted_run_matches_the_straight_one(runs):
 
 
 def test_a_run_with_another_seed_is_a_mismatch(runs):
-  c = soak.compare_runs(runs["other_seed"], runs["straight"], STEPS)
-  failures = soak.comparison_failures(c)
+  c = run_comparison.compare_runs(runs["other_seed"], runs["straight"], STEPS)
+  failures = run_comparison.comparison_failures(c)
   assert c["params"]["unequal_leaves"] == c["params"]["leaves"] == 26
   assert c["params"]["max_abs_diff"] > 1e-3
   assert any(f.startswith("params differ: max |diff|") for f in failures), failures
@@ -75,9 +75,9 @@ def test_a_recomputed_step_with_another_loss_is_a_mismatch(runs, tmp_path):
   lines.insert(-1, json.dumps({"step": 3, "split": "train", "loss": 123.0}) + "\n")
   with open(copy / "metrics.jsonl", "w") as f:
     f.writelines(lines)
-  c = soak.compare_runs(str(copy), runs["straight"], STEPS)
+  c = run_comparison.compare_runs(str(copy), runs["straight"], STEPS)
   assert c["losses"]["max_abs_diff_last"] == 0.0 and c["losses"]["max_abs_diff_all"] > 100
-  assert soak.comparison_failures(c) == [
+  assert run_comparison.comparison_failures(c) == [
       "losses differ: max_abs_diff_all %.3g (worst step 3)" % c["losses"]["max_abs_diff_all"]]
 
 
@@ -87,7 +87,7 @@ def test_read_losses_keeps_the_last_value_and_counts_torn_lines(tmp_path):
            {"step": 2, "split": "train", "loss": 4.0}]
   with open(tmp_path / "metrics.jsonl", "w") as f:
     f.write("".join(json.dumps(r) + "\n" for r in lines) + '{"step": 3, "spl\n')
-  last, every, torn = soak.read_losses(str(tmp_path))
+  last, every, torn = run_comparison.read_losses(str(tmp_path))
   assert last == {1: 2.0, 2: 4.0} and every[2] == [3.0, 4.0] and torn == 1
 
 
@@ -108,7 +108,7 @@ def test_compare_trees_names_structure_and_value_differences():
   a = {"w": np.zeros((2, 3), np.float32), "b": np.ones(3, np.float32)}
   b = {"w": np.zeros((3, 2), np.float32), "b": np.array([1, 1, 1.5], np.float32),
        "extra": np.zeros(1)}
-  t = soak.compare_trees(a, b)
+  t = run_comparison.compare_trees(a, b)
   assert t["structure_problems"] == ["extra: only in the second", "w: float32[2, 3] vs float32[3, 2]"]
   assert t["max_abs_diff"] == 0.5 and t["worst_leaf"] == "b" and t["unequal_leaves"] == 1
 

@@ -57,7 +57,8 @@ def pytest_configure(config):
     os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
     return
   cache_dir = config._tmp_path_factory.getbasetemp() / "jax-compilation-cache"
-  cache_dir.mkdir(exist_ok=True)
+  cache_dir.mkdir(mode=0o700, exist_ok=True)  # machine code this session runs: private, as
+  # t2t.training.compilation_cache requires of --compilation_cache_dir (pytest's root is 0700 too)
   os.environ.update(JAX_CACHE_ENV, JAX_COMPILATION_CACHE_DIR=str(cache_dir))
   import sys
   if "jax" in sys.modules:  # imported before this hook (a plugin): its config read the old values

@@ -122,15 +122,19 @@ def _t5_params(num_encoder_layers):
   return tr, tr.init_params()
 
 
+def _through_checkpoint(path, params, target):
+  """Saves `params` as step 1 under `path`, then restores them partially into `target`'s tree."""
+  ckpt = checkpoints.Checkpointer(str(path))
+  ckpt.save(1, params, {}, {})
+  ckpt.close()
+  return warm_start.restore_params(str(path), target.params_abstract, target.params_shardings,
+                                   target.init_params, partial=True)
+
+
 def test_t5_checkpoint_into_a_t5_with_a_layer_more_and_back(tmp_path):
   small, small_params = _t5_params(1)
   big, _ = _t5_params(2)
-  ckpt = checkpoints.Checkpointer(str(tmp_path / "small"))
-  ckpt.save(1, small_params, {}, {})
-  ckpt.close()
-  params, _, plan = warm_start.restore_params(str(tmp_path / "small"), big.params_abstract,
-                                               big.params_shardings, big.init_params,
-                                               partial=True)
+  params, _, plan = _through_checkpoint(tmp_path / "small", small_params, big)
   added = {n for n in checkpoints.param_shapes(big.params_abstract) if "layers_1" in n}
   assert set(plan.reinitialised) == added and all(v == "new" for v in plan.reinitialised.values())
   assert not plan.skipped
@@ -139,12 +143,7 @@ def test_t5_checkpoint_into_a_t5_with_a_layer_more_and_back(tmp_path):
   np.testing.assert_array_equal(np.asarray(params["token_embedder"]["embedding"]),
                                 np.asarray(small_params["token_embedder"]["embedding"]))
 
-  ckpt = checkpoints.Checkpointer(str(tmp_path / "big"))
-  ckpt.save(1, params, {}, {})
-  ckpt.close()
-  back, _, plan = warm_start.restore_params(str(tmp_path / "big"), small.params_abstract,
-                                             small.params_shardings, small.init_params,
-                                             partial=True)
+  back, _, plan = _through_checkpoint(tmp_path / "big", params, small)
   assert set(plan.skipped) == added and not plan.reinitialised
   np.testing.assert_array_equal(kernel(back), kernel(small_params))
   with pytest.raises(checkpoints.CheckpointMismatchError,

@@ -211,7 +211,8 @@ class EncoderDecoderModel:
           return full_pass(zeros)
         kernel = proj_params['kernel']
         proj = layers.DenseGeneral(features=tuple(kernel.shape[1:]),
-                                   kernel_axes=('embed', 'heads', 'kv'), dtype=c.dtype)
+                                   kernel_axes=('embed', 'heads', 'kv'), dtype=c.dtype,
+                                   matmul_dtype=c.matmul_dtype)
         flat[path] = proj.apply({'params': {'kernel': kernel}}, encoded).astype(shape.dtype)
       elif path[-1] == 'encoder_valid':
         flat[path] = (enc_tokens > 0).astype(shape.dtype)

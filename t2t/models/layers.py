@@ -343,8 +343,8 @@ class MultiHeadAttention(nn.Module):
         key = self.get_variable('cache', 'cached_key')
         value = self.get_variable('cache', 'cached_value')
       else:
-        key = self._proj('key', self.kv_init)(inputs_kv)
-        value = self._proj('value', self.kv_init)(inputs_kv)
+        key = self._for_cache(self._proj('key', self.kv_init)(inputs_kv))
+        value = self._for_cache(self._proj('value', self.kv_init)(inputs_kv))
         self.put_variable('cache', 'cached_key', key)
         self.put_variable('cache', 'cached_value', value)
     else:
@@ -370,13 +370,23 @@ class MultiHeadAttention(nn.Module):
                        matmul_dtype=self.matmul_dtype, name='out')(out)
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
+  def _for_cache(self, x: Array) -> Array:
+    """Keys/values as the cache stores them: in `matmul_dtype` when set, else unchanged.
+
+    Every read of the cache feeds a matmul that rounds its operands to `matmul_dtype` anyway, so
+    storing them rounded gives the same results while each decode step reads half the bytes (for
+    bfloat16) and converts nothing: at T5-small's 512 encoder positions, the encoder-decoder
+    keys/values are the largest thing a greedy step reads besides the weights.
+    """
+    return x if self.matmul_dtype is None else x.astype(self.matmul_dtype)
+
   def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array]:
     """Creates the cache on the first call; afterwards writes one step and returns the full cache."""
     ready = self.has_variable('cache', 'cached_key')
     # The first call's keys/values fill the cache: a prompt processed in one call (prefill) is then
     # cached; slots the caller has not marked as written are masked by its `bias` anyway.
-    cached_key = self.variable('cache', 'cached_key', lambda: key)
-    cached_value = self.variable('cache', 'cached_value', lambda: value)
+    cached_key = self.variable('cache', 'cached_key', lambda: self._for_cache(key))
+    cached_value = self.variable('cache', 'cached_value', lambda: self._for_cache(value))
     index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
     if not ready:
       return key, value

@@ -191,10 +191,14 @@ def test_predict_batch_passes_rng_to_sampling(setup):
   assert not np.array_equal(a, c)
 
 
-def test_initial_cache_equals_the_full_length_decoder_pass(setup):
+@pytest.mark.parametrize('matmul_dtype', [None, 'bfloat16'])
+def test_initial_cache_equals_the_full_length_decoder_pass(setup, matmul_dtype):
   """predict_batch's cache, filled without running the decoder, is the full pass's where it is read:
-  encoder keys/values, encoder mask, index and written slots (self-attention slots are masked)."""
-  model, params, batch = setup
+  encoder keys/values, encoder mask, index and written slots (self-attention slots are masked).
+  With bf16 matmuls the keys/values are stored in bf16 (what every matmul reading them rounds to),
+  and the encoder keys/values are projected with bf16 operands, exactly as the full pass does."""
+  _, params, batch = setup
+  model = _model(matmul_dtype=matmul_dtype)
   module = model.module
   enc = batch['encoder_input_tokens']
   encoded = module.apply({'params': params}, enc, enable_dropout=False, method=Transformer.encode)
@@ -216,5 +220,8 @@ def test_initial_cache_equals_the_full_length_decoder_pass(setup):
     for p in path:
       mine = mine[p.key]
     assert mine.shape == leaf.shape and mine.dtype == leaf.dtype, names
+    if names.endswith(("['cached_key']", "['cached_value']")):
+      assert leaf.dtype == (jnp.bfloat16 if matmul_dtype else jnp.float32), names
     if 'encoder_decoder_attention' in names or 'self_attention' not in names:
-      np.testing.assert_allclose(mine, leaf, rtol=1e-6, atol=1e-6, err_msg=names)
+      np.testing.assert_allclose(np.asarray(mine, np.float32), np.asarray(leaf, np.float32), rtol=1e-6,
+                                 atol=1e-6, err_msg=names)

@@ -69,8 +69,9 @@ from t2t.training.partitioning import Partitioner  # noqa: E402
 from t2t.training.predictor import Predictor  # noqa: E402
 from t2t.training.trainer import Trainer  # noqa: E402
 
-# The peer's fixed shapes (hf_t5_peer.py: B, LE, LD, GEN) and model.
+# The peer's shapes (hf_t5_peer.py: B, LE, LD, and GEN, the default of its --gen-len) and model.
 PEER_SHAPES = dict(batch=8, enc_len=512, dec_len=114, gen_len=64)
+PEER_FIXED_SHAPES = ('batch', 'enc_len', 'dec_len')   # the peer's --gen-len sets the other
 VOCAB_SIZE = 32128
 LENGTH_PENALTY = 0.6
 # Tokens are drawn uniformly from [2, 32001) like the peer's (0 = pad, 1 = EOS excluded).
@@ -310,17 +311,20 @@ def peer_unavailable(peer: Path) -> str | None:
 
 
 def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads: int,
-             flops: int, timeout_s: float = 3600.0, precision: str = 'fp32'
-             ) -> tuple[dict[str, Any] | None, str | None]:
+             flops: int, timeout_s: float = 3600.0, precision: str = 'fp32',
+             gen_len: int = PEER_SHAPES['gen_len']) -> tuple[dict[str, Any] | None, str | None]:
   """Runs the peer script; returns (its summary + raw result, None) or (None, why it did not run).
 
-  `precision` 'bf16' runs the peer under torch.autocast('cpu', bfloat16), its mixed precision.
+  `precision` 'bf16' runs the peer under torch.autocast('cpu', bfloat16), its mixed precision;
+  `gen_len` is the number of tokens it decodes per row (decode mode).
   """
   why = peer_unavailable(peer)
   if why:
     return None, why
   cmd = [sys.executable, str(peer), mode, '--steps', str(steps), '--warmup', str(warmup),
          '--threads', str(threads), '--beams', str(beams)]
+  if mode == 'decode':
+    cmd += ['--gen-len', str(gen_len)]
   if precision == 'bf16':
     cmd.append('--bf16-autocast')
   try:
@@ -402,13 +406,16 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
   if no_peer:
     peer_error = 'disabled with --no-peer'
   elif (tiny or config.dropout_rate != peer_dropout
-        or any(shapes[k] != v for k, v in PEER_SHAPES.items() if k in shapes)):
-    peer_error = (f'the peer runs only T5-small with dropout {peer_dropout} at {PEER_SHAPES}; this '
-                  f'run has {shapes}, dropout {config.dropout_rate}{", --tiny" if tiny else ""}')
+        or any(shapes[k] != PEER_SHAPES[k] for k in PEER_FIXED_SHAPES if k in shapes)):
+    fixed = {k: PEER_SHAPES[k] for k in PEER_FIXED_SHAPES}
+    peer_error = (f'the peer runs only T5-small with dropout {peer_dropout} at {fixed} (any '
+                  f'gen_len); this run has {shapes}, dropout {config.dropout_rate}'
+                  f'{", --tiny" if tiny else ""}')
   else:
     with machine.Section('peer') as peer_section:
       peer_result, peer_error = run_peer(peer or default_peer_path(), mode, steps, warmup, beams,
-                                         threads, ours['flops_per_step'], precision=precision)
+                                         threads, ours['flops_per_step'], precision=precision,
+                                         gen_len=gen_len)
     sections.append(peer_section)
 
   ratio = None

@@ -155,9 +155,13 @@ def test_bf16_precision_sets_the_matmul_dtype_and_asks_the_peer_for_autocast(tmp
   # The peer gets --bf16-autocast (a stand-in script prints what it was given).
   peer = tmp_path / 'peer.py'
   peer.write_text('import json, sys\nprint("RESULT " + json.dumps(dict(step_times=[1.0], batch=1, '
-                  'enc_len=1, dec_len=1, argv=sys.argv[1:])))\n')
+                  'enc_len=1, dec_len=1, gen_new_tokens=1, argv=sys.argv[1:])))\n')
   monkeypatch.setattr(bench, 'peer_unavailable', lambda p: None)
   got, why = bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1, precision='bf16')
   assert why is None and '--bf16-autocast' in got['raw']['argv']
   got, _ = bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1)
-  assert '--bf16-autocast' not in got['raw']['argv']
+  assert '--bf16-autocast' not in got['raw']['argv'] and '--gen-len' not in got['raw']['argv']
+  # Decoding passes the generated length on, so the encoder-only split (1 token) has a peer too.
+  got, _ = bench.run_peer(peer, 'decode', 1, 1, 1, 1, flops=1, gen_len=1)
+  argv = got['raw']['argv']
+  assert argv[argv.index('--gen-len') + 1] == '1'

@@ -30,8 +30,10 @@ def test_microbatches_give_the_big_batch_update():
   SGD at rate 1, so the parameter change IS the gradient; Adam's first step, lr * g / (|g| + eps),
   would blow float round-off on gradients near eps up to ~lr (seen: 1e-5 on 1 of 384 entries).
   """
-  model = EncoderDecoderModel(Transformer(helpers.tiny_config(vocab_size=64)), toy.VOCAB,
-                              toy.VOCAB)
+  # One layer per stack: the accumulation is over every parameter's gradient, whatever the depth.
+  model = EncoderDecoderModel(
+      Transformer(helpers.tiny_config(vocab_size=64, num_encoder_layers=1,
+                                      num_decoder_layers=1)), toy.VOCAB, toy.VOCAB)
   batch = helpers.seq2seq_batch(batch=8, vocab=64)
   batch["decoder_loss_weights"][5, 1:] = 0  # microbatch 1 (rows 1, 5) now has 5 tokens, not 8
   shapes = {k: v.shape for k, v in batch.items()}

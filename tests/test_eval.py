@@ -85,16 +85,15 @@ def test_a_mixture_with_different_lengths_and_metric_types_evaluates_in_one_run(
 
 
 def _infer_in_this_process(*args):
-  """`python -m t2t.infer ARGS` without the subprocess: the flags go into gin as `t2t.cli` puts
-  them (`--gin.X=V` rewritten to a binding), then `t2t.infer.infer()` runs, as its `main` does."""
-  from t2t import config
+  """`python -m t2t.infer ARGS` without the process start-up: absl parses the argv `t2t.cli.run`
+  would give it (`--gin.X=V` rewritten), then `t2t.infer.main` runs; the flags are reset after."""
+  from t2t import cli, config
   from t2t import infer as infer_lib
-  argv = config.rewrite_gin_args(args)
-  files = [a.split("=", 1)[1] for a in argv if a.startswith("--gin_file=")]
-  bindings = [a.split("=", 1)[1] for a in argv if a.startswith("--gin_bindings=")]
-  assert len(files) + len(bindings) == len(argv), argv  # no flag left out
-  config.parse_gin(files, bindings)
-  return infer_lib.infer()
+  cli.FLAGS(["t2t.infer", *config.rewrite_gin_args(args)])
+  try:
+    infer_lib.main([])
+  finally:
+    cli.FLAGS.unparse_flags()
 
 
 def test_infer_decodes_the_same_text_as_eval(trained, evaluated, tmp_path):
@@ -111,8 +110,8 @@ def test_infer_decodes_the_same_text_as_eval(trained, evaluated, tmp_path):
   assert [r["inputs"] for r in decoded] == [r["inputs"] for r in topic]
   assert [r["prediction"] for r in decoded] == [r["prediction"] for r in topic]
   # From the task split too: same inputs, same decodes, and the targets alongside. The CLI ran
-  # above; this run parses the same flags into gin here and calls the `infer` it calls (a second
-  # subprocess would only add its start-up: importing TensorFlow and t2t again).
+  # above; this run gives the same flags to its `main` here (a second subprocess would only add
+  # its start-up: importing TensorFlow and t2t again).
   _infer_in_this_process(*common, "--gin.MIXTURE_OR_TASK_NAME=bbc_topic_phrases",
                          "--gin.INFER_SPLIT=validation", "--gin.INFER_NUM_EXAMPLES=16")
   split = _rows(tmp_path / "bbc_topic_phrases.validation.jsonl")

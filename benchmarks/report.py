@@ -86,10 +86,14 @@ def _rows(name: str, r: dict[str, Any], roof: float | None) -> list[str]:
 def table(result: dict[str, Any]) -> str:
   """A markdown table of one benchmark result (`all` or a single mode)."""
   m = result.get('machine', {})
+  malloc = result.get('host_malloc') or next(
+      (r.get('host_malloc') for r in result.get('results', {}).values()), None)
   lines = [f'T5 v1.0 small, CPU, {result.get("threads")} threads, {m.get("cpu")}, {m.get("date_utc")}; '
            f'load average at start {_fmt((m.get("loadavg_at_start") or [None])[0])} on '
-           f'{m.get("cores")} cores' + ('; MEASURED ON A LOADED MACHINE: not a result'
-                                        if result.get('loaded') else ''),
+           f'{m.get("cores")} cores' + (
+               f'; host malloc: t2t {"retain" if malloc["t2t_retains_freed_memory"] else "system"}'
+               f', peer {malloc["peer"]}' if malloc else '')
+           + ('; MEASURED ON A LOADED MACHINE: not a result' if result.get('loaded') else ''),
            '',
            f'| run | side | median s | min s | tokens/s | model GFLOP/s | % {_roof_name(result)} roof '
            '| HF/t2t speed-up'

@@ -3,6 +3,7 @@
   python -m benchmarks.t5_small_cpu [all|train|decode] [--steps 5] [--warmup 2] [--beams 1]
       [--threads 2] [--peer PATH | --no-peer] [--allow-loaded] [--batch 8] [--enc-len 512]
       [--dec-len 114] [--gen-len 64] [--tiny] [--dropout RATE] [--dropout-prng IMPL] [--out PATH]
+      [--host-malloc auto|retain|system] [--peer-malloc system|retain]
 
 `all` (the default) measures the matmul roof, then the train step, greedy decoding and beam-4
 decoding, each against the peer, and prints ONE JSON line on stdout (keys in benchmarks/README.md,
@@ -25,6 +26,9 @@ shapes and sizes as parameters (`model_flops`), equal to it at the default shape
 Both sides run on the same `--threads` cores: the process pins itself to them (sched_setaffinity,
 which sizes XLA's CPU thread pool), TensorFlow gets one thread (it is only imported, by seqio), and the
 peer subprocess inherits the affinity and is passed `--threads`. The two run one after the other.
+t2t's side runs with the host malloc settings `t2t.train` applies on a CPU backend
+(`--host-malloc`, t2t/training/host_memory.py); the peer runs as a user starts it, or with the same
+settings as glibc tunables under `--peer-malloc retain`. The JSON's `host_malloc` says which.
 The machine's load is checked before anything runs (refused above the core count unless
 `--allow-loaded`) and every timed section records the cores other processes used meanwhile
 (`benchmarks/machine.py`); a figure from a loaded section is marked `loaded` in the JSON and table.
@@ -38,6 +42,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,7 +69,7 @@ from benchmarks.matmul_roof import ROOF_SHAPE, jax_roof  # noqa: E402
 from t2t.models import decoding  # noqa: E402
 from t2t.models.api import EncoderDecoderModel  # noqa: E402
 from t2t.models.transformer import T5Config, Transformer  # noqa: E402
-from t2t.training import optim  # noqa: E402
+from t2t.training import host_memory, optim  # noqa: E402
 from t2t.training.partitioning import Partitioner  # noqa: E402
 from t2t.training.predictor import Predictor  # noqa: E402
 from t2t.training.trainer import Trainer  # noqa: E402
@@ -199,18 +204,20 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
     trainer.dropout_rng = jax.random.key(1, impl=dropout_prng)
   state = trainer.init_state()
   nparams = sum(int(x.size) for x in jax.tree.leaves(state.params))
-  losses = []
+  losses, faults = [], []
 
   def step():
     nonlocal state
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     state, metrics = trainer.step(state, data)
     jax.block_until_ready(state)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     losses.append(float(metrics['loss']))
 
   first, times, _ = _timed(step, warmup, steps)
   flops = model_flops(config, batch, enc_len, dec_len, 0)['train_step']
   return dict(**_summary(times, batch * (enc_len + dec_len), flops), compile_and_first_s=first,
-              params=nparams, losses=losses, flops_per_step=flops,
+              params=nparams, losses=losses, flops_per_step=flops, page_faults_per_step=faults,
               dropout_prng=str(jax.random.key_impl(trainer.dropout_rng)))
 
 
@@ -312,11 +319,14 @@ def peer_unavailable(peer: Path) -> str | None:
 
 def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads: int,
              flops: int, timeout_s: float = 3600.0, precision: str = 'fp32',
-             gen_len: int = PEER_SHAPES['gen_len']) -> tuple[dict[str, Any] | None, str | None]:
+             gen_len: int = PEER_SHAPES['gen_len'], peer_malloc: str = 'system'
+             ) -> tuple[dict[str, Any] | None, str | None]:
   """Runs the peer script; returns (its summary + raw result, None) or (None, why it did not run).
 
   `precision` 'bf16' runs the peer under torch.autocast('cpu', bfloat16), its mixed precision;
-  `gen_len` is the number of tokens it decodes per row (decode mode).
+  `gen_len` is the number of tokens it decodes per row (decode mode); `peer_malloc` 'retain'
+  starts it with t2t's host malloc settings as glibc tunables (`host_memory.GLIBC_TUNABLES`),
+  'system' (default) as a user runs it.
   """
   why = peer_unavailable(peer)
   if why:
@@ -327,8 +337,14 @@ def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads
     cmd += ['--gen-len', str(gen_len)]
   if precision == 'bf16':
     cmd.append('--bf16-autocast')
+  if peer_malloc not in ('system', 'retain'):
+    raise ValueError(f'--peer-malloc must be "system" or "retain", got {peer_malloc!r}.')
+  env = dict(os.environ)
+  env.pop('GLIBC_TUNABLES', None)
+  if peer_malloc == 'retain':
+    env['GLIBC_TUNABLES'] = host_memory.GLIBC_TUNABLES
   try:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
   except subprocess.TimeoutExpired:
     return None, f'peer timed out after {timeout_s:.0f} s: {" ".join(cmd)}'
   lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('RESULT ')]
@@ -378,8 +394,8 @@ def _check_common(steps: int, warmup: int, **lengths: int) -> None:
 def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: int = 2,
         batch: int = 8, enc_len: int = 512, dec_len: int = 114, gen_len: int = 64,
         tiny: bool = False, dropout_rate: float | None = None, peer: Path | None = None,
-        no_peer: bool = False, dropout_prng: str | None = None, precision: str = 'fp32'
-        ) -> dict[str, Any]:
+        no_peer: bool = False, dropout_prng: str | None = None, precision: str = 'fp32',
+        peer_malloc: str = 'system') -> dict[str, Any]:
   """Runs one benchmark (t2t, then the peer) and returns the result dict printed as JSON.
 
   `dropout_rate` None = the peer's (0.1 train, 0 decode); another value never runs the peer.
@@ -415,7 +431,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
     with machine.Section('peer') as peer_section:
       peer_result, peer_error = run_peer(peer or default_peer_path(), mode, steps, warmup, beams,
                                          threads, ours['flops_per_step'], precision=precision,
-                                         gen_len=gen_len)
+                                         gen_len=gen_len, peer_malloc=peer_malloc)
     sections.append(peer_section)
 
   ratio = None
@@ -426,6 +442,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
   return dict(
       benchmark='t5_small_cpu', mode=mode, model='tiny' if tiny else 't5_1_0_small',
       precision=precision,
+      host_malloc=dict(t2t_retains_freed_memory=host_memory.applied(), peer=peer_malloc),
       config=dict(dataclasses.asdict(config), dtype=str(config.dtype),
                   param_dtype=str(config.param_dtype), matmul_dtype=str(config.matmul_dtype)),
       shapes=shapes,
@@ -439,8 +456,8 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
 
 def run_all(*, steps: int = 5, warmup: int = 2, threads: int = 2, peer: Path | None = None,
             no_peer: bool = False, tiny: bool = False, batch: int = 8, enc_len: int = 512,
-            dec_len: int = 114, gen_len: int = 64, roof_reps: int = 10, precision: str = 'fp32'
-            ) -> dict[str, Any]:
+            dec_len: int = 114, gen_len: int = 64, roof_reps: int = 10, precision: str = 'fp32',
+            peer_malloc: str = 'system') -> dict[str, Any]:
   """The issue's suite: matmul roof, train step, greedy and beam-4 decoding, each against the peer.
 
   The roof is measured for fp32 and bf16 operands; the train step's fraction uses the roof of the
@@ -453,7 +470,7 @@ def run_all(*, steps: int = 5, warmup: int = 2, threads: int = 2, peer: Path | N
   roof['roof_dtype'] = 'float32' if precision == 'fp32' else 'bfloat16'
   roof['roof_gflops'] = roof['x'.join(map(str, ROOF_SHAPE)) + '_' + roof['roof_dtype']]['gflops_best']
   kw = dict(steps=steps, warmup=warmup, threads=threads, peer=peer, no_peer=no_peer, tiny=tiny,
-            batch=batch, enc_len=enc_len, precision=precision)
+            batch=batch, enc_len=enc_len, precision=precision, peer_malloc=peer_malloc)
   results = dict(train=run('train', dec_len=dec_len, **kw),
                  greedy=run('decode', beams=1, gen_len=gen_len, **kw),
                  beam4=run('decode', beams=4, gen_len=gen_len, **kw))
@@ -487,6 +504,12 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--precision', default='fp32', choices=sorted(PRECISIONS),
                   help='fp32 (default) or bf16: t2t with T5Config.matmul_dtype=bfloat16 (bf16 '
                        'operands, float32 accumulation) against the peer under torch.autocast bf16')
+  ap.add_argument('--host-malloc', default='auto', choices=host_memory.MODES,
+                  help="t2t's host malloc settings, as t2t.train's --host_malloc (default auto: "
+                       'retain freed memory on the CPU backend; t2t/training/host_memory.py)')
+  ap.add_argument('--peer-malloc', default='system', choices=['system', 'retain'],
+                  help='system (default): the peer as a user runs it; retain: the peer with the '
+                       'same malloc settings, as glibc tunables')
   ap.add_argument('--peer', type=Path, default=None, help=f'default: {default_peer_path()}')
   ap.add_argument('--no-peer', action='store_true')
   ap.add_argument('--allow-loaded', action='store_true',
@@ -505,9 +528,11 @@ def main(argv: Sequence[str] | None = None) -> None:
   import tensorflow as tf  # already imported by seqio; its pools are not created yet
   tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.threading.set_inter_op_parallelism_threads(1)
+  host_memory.configure(args.host_malloc)  # as t2t.train does, before the first XLA program runs
   common = dict(steps=args.steps, warmup=args.warmup, threads=args.threads, batch=args.batch,
                 enc_len=args.enc_len, gen_len=args.gen_len, tiny=args.tiny, peer=args.peer,
-                no_peer=args.no_peer, dec_len=args.dec_len, precision=args.precision)
+                no_peer=args.no_peer, dec_len=args.dec_len, precision=args.precision,
+                peer_malloc=args.peer_malloc)
   try:
     if args.mode == 'all':
       result = run_all(**common)

@@ -5,6 +5,8 @@ Flags: `--gin_file` (repeatable), `--gin_bindings` (repeatable), `--gin.X=V` sho
 docs/scaling.md): `--coordinator_address`, `--num_processes`, `--process_id`, or the gin
 bindings of `t2t.training.distributed.initialize`; nothing to set on TPU pods, SLURM or Open MPI.
 `--compilation_cache_dir DIR`: JAX's persistent compilation cache (t2t/training/compilation_cache.py).
+`--host_malloc {auto,retain,system}`: glibc malloc settings that spare XLA:CPU's steps their page
+faults (t2t/training/host_memory.py); `auto` applies them when the backend is the CPU.
 Errors that t2t raises for bad input (a gin macro left unset, an unknown task, an incompatible
 checkpoint, a missing file) are printed as one clear message instead of a traceback; set
 T2T_TRACEBACK=1 to see it.
@@ -31,6 +33,12 @@ flags.DEFINE_string("compilation_cache_dir", None,
                     "A private directory for JAX's persistent compilation cache: a later run of the "
                     "same programs reads XLA's executables from it instead of compiling "
                     "(t2t/training/compilation_cache.py). Child runs inherit it.")
+
+flags.DEFINE_enum("host_malloc", "auto", ["auto", "retain", "system"],
+                  "t2t.train/eval/infer: 'auto' keeps freed host memory mapped (one glibc arena, no "
+                  "mmap chunks, no trimming) when the backend is the CPU, so XLA:CPU's per-step "
+                  "buffers are not faulted in again every step; 'retain' always, 'system' never "
+                  "(t2t/training/host_memory.py).")
 
 DISTRIBUTED_FLAGS = ("coordinator_address", "num_processes", "process_id")
 
@@ -97,6 +105,9 @@ def run(main: Callable[[Sequence[str]], None], distributed: bool = False) -> Non
     if not any(a.startswith(("--verbosity", "-v")) for a in argv):
       logging.set_verbosity(logging.WARNING)  # library chatter off; progress is printed
     try:
+      if distributed:  # t2t.train/eval/infer, before JAX starts its backend (host_memory.py)
+        from t2t.training import host_memory
+        host_memory.configure(FLAGS.host_malloc)
       if FLAGS.compilation_cache_dir:
         from t2t.training import compilation_cache
         compilation_cache.enable(FLAGS.compilation_cache_dir)

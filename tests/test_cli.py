@@ -64,8 +64,10 @@ def _run_distributed(args):
       def main(argv):
         import gin, jax
         cli.parse_flags_into_gin()  # what every entry point's main does: already done
+        from t2t.training import host_memory
         print("main ran; parsed", len(calls), "time(s); SEED =", gin.query_parameter("%SEED"),
-              "; processes", jax.process_count())
+              "; processes", jax.process_count(), "; malloc retains freed memory",
+              host_memory.applied())
       cli.run(main, distributed=True)
       """)
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -77,7 +79,11 @@ def _run_distributed(args):
 def test_entry_points_parse_gin_once_then_start_distributed_before_main():
   out = _run_distributed([])
   assert out.returncode == 0, out.stderr[-3000:]
-  assert "main ran; parsed 1 time(s); SEED = 7 ; processes 1" in out.stdout
+  # --host_malloc=auto on the CPU backend: glibc's settings are in place before main runs
+  assert "main ran; parsed 1 time(s); SEED = 7 ; processes 1 ; malloc retains freed memory True" \
+      in out.stdout
+  system = _run_distributed(["--host_malloc=system"])
+  assert "; malloc retains freed memory False" in system.stdout, system.stderr[-3000:]
   bad = _run_distributed(["--coordinator_address=127.0.0.1:1234", "--num_processes=2",
                           "--process_id=2"])
   assert bad.returncode == 1 and "main ran" not in bad.stdout

@@ -9,10 +9,11 @@ import pytest
 from benchmarks import machine, report
 
 from benchmarks import t5_small_cpu as bench
+from t2t.training import host_memory
 
 TOP_KEYS = {'benchmark', 'mode', 'model', 'config', 'shapes', 'steps', 'warmup', 'threads',
             'cpu_count', 'cpus_used', 'loadavg', 'versions', 'flops_source', 't2t', 'peer',
-            'peer_error', 'ratio', 'sections', 'loaded'}
+            'peer_error', 'ratio', 'sections', 'loaded', 'host_malloc'}
 TIMING_KEYS = {'median_s', 'min_s', 'step_times', 'tokens_per_s_median', 'tokens_per_s_best',
                'model_tflops_median', 'model_tflops_best', 'compile_and_first_s', 'params',
                'flops_per_step'}
@@ -44,6 +45,8 @@ def test_train_tiny():
   assert result['config']['dropout_rate'] == 0.0
   assert ours['tokens_per_s_median'] == pytest.approx(2 * (16 + 8) / ours['median_s'])
   assert len(ours['losses']) == 3 and all(math.isfinite(x) for x in ours['losses'])
+  assert len(ours['page_faults_per_step']) == 3 and min(ours['page_faults_per_step']) >= 0
+  assert result['host_malloc']['peer'] == 'system'
   # Random tokens over a 128-id vocabulary: the first loss is near ln(128) ~ 4.85.
   assert 3.0 < ours['losses'][0] < 8.0
   assert result['peer_error'] == 'disabled with --no-peer'
@@ -155,12 +158,21 @@ def test_bf16_precision_sets_the_matmul_dtype_and_asks_the_peer_for_autocast(tmp
   # The peer gets --bf16-autocast (a stand-in script prints what it was given).
   peer = tmp_path / 'peer.py'
   peer.write_text('import json, sys\nprint("RESULT " + json.dumps(dict(step_times=[1.0], batch=1, '
-                  'enc_len=1, dec_len=1, gen_new_tokens=1, argv=sys.argv[1:])))\n')
+                  'enc_len=1, dec_len=1, gen_new_tokens=1, argv=sys.argv[1:], '
+                  'tunables=__import__("os").environ.get("GLIBC_TUNABLES"))))\n')
   monkeypatch.setattr(bench, 'peer_unavailable', lambda p: None)
   got, why = bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1, precision='bf16')
   assert why is None and '--bf16-autocast' in got['raw']['argv']
   got, _ = bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1)
   assert '--bf16-autocast' not in got['raw']['argv'] and '--gen-len' not in got['raw']['argv']
+  # The peer runs as a user starts it, or with t2t's malloc settings under --peer-malloc retain.
+  monkeypatch.setenv('GLIBC_TUNABLES', 'glibc.malloc.arena_max=4')  # not passed on either way
+  got, _ = bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1)
+  assert got['raw']['tunables'] is None
+  got, _ = bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1, peer_malloc='retain')
+  assert got['raw']['tunables'] == host_memory.GLIBC_TUNABLES
+  with pytest.raises(ValueError, match='--peer-malloc'):
+    bench.run_peer(peer, 'train', 1, 1, 1, 1, flops=1, peer_malloc='jemalloc')
   # Decoding passes the generated length on, so the encoder-only split (1 token) has a peer too.
   got, _ = bench.run_peer(peer, 'decode', 1, 1, 1, 1, flops=1, gen_len=1)
   argv = got['raw']['argv']

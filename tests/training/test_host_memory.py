@@ -1,5 +1,5 @@
 """Tests for t2t/training/host_memory.py: with the settings, XLA:CPU's per-call buffers stop costing
-page faults from the second call on; without them every call faults its temporaries in again."""
+page faults in most later calls; without them every call faults its temporaries in again."""
 import json
 import os
 import statistics

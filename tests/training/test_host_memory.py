@@ -15,9 +15,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # A jitted program with two materialised 64 MB temporaries (sin(x) and cos(x).T, dot operands;
 # above glibc's largest mmap threshold, 32 MB) and cheap dots, called 2 + 16 times in a fresh
 # process; it prints the minor page faults of each of the 16. With the settings most calls fault
-# nothing, but not every one: allocations from XLA's threads and the main thread interleave, and
-# now and then a small block lands above a freed temporary, so the heap grows by one more (seen
-# quiet and more often under load, then it settles). Hence the median, not every call.
+# nothing, but not every one: now and then (quiet, and more often under load) a call faults its
+# temporaries in again and the resident size rises by them -- the heap grows, most likely because
+# allocations from XLA's threads and the main thread interleave and fragment it -- and then it
+# settles. Hence the median (at least 9 of 16 calls fault-free), not every call.
 PROGRAM = """
 import json, resource, sys
 from t2t.training import host_memory

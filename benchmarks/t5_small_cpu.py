@@ -499,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--tiny', action='store_true', help='a tiny model (tests); implies no peer')
   ap.add_argument('--dropout', type=float, default=None,
                   help="train/decode: default the peer's, 0.1 train / 0 decode; another skips the peer")
-  ap.add_argument('--dropout-prng', default=None, choices=['threefry2x32', 'rbg', 'unsafe_rbg'],
+  ap.add_argument('--dropout-prng', default=None, choices=['threefry2x32', 'rbg', 'unsafe_rbg', 'philox4x32'],
                   help="train: the dropout key's PRNG (default: the trainer's), for A/B runs")
   ap.add_argument('--precision', default='fp32', choices=sorted(PRECISIONS),
                   help='fp32 (default) or bf16: t2t with T5Config.matmul_dtype=bfloat16 (bf16 '

@@ -26,6 +26,9 @@ from t2t.training.partitioning import Partitioner
 # `TrainState.nonfinite_what` codes: which quantity made the first non-finite step non-finite.
 NONFINITE_QUANTITIES = {1: "loss", 2: "gradient norm"}
 ON_NONFINITE = ("stop", "skip")
+# `jax.random` key implementations `Trainer.dropout_prng` accepts (benchmarks/README, "The dropout PRNG").
+DROPOUT_PRNGS = ("philox4x32", "rbg", "threefry2x32")
+DEFAULT_DROPOUT_PRNG = "philox4x32"
 NONFINITE_FIELDS = ("nonfinite_steps", "first_nonfinite_step", "nonfinite_what")
 
 
@@ -180,7 +183,7 @@ def eval_step(model: Any, params: Any, batch: Mapping[str, jax.Array]) -> dict[s
   return metrics
 
 
-@gin.configurable(allowlist=["num_microbatches", "on_nonfinite"])
+@gin.configurable(allowlist=["num_microbatches", "on_nonfinite", "dropout_prng"])
 class Trainer:
   """Builds the sharded state and the compiled step for a model, optimizer and mesh.
 
@@ -190,11 +193,22 @@ class Trainer:
   leads to. Its update is never applied (`train_step`); 'stop' (default) then raises
   `NonFiniteError` when the host next looks (a metrics fetch or a checkpoint save), naming the
   first such step; 'skip' goes on and announces how many steps were skipped.
+  `dropout_prng` (gin `Trainer.dropout_prng`): the `jax.random` implementation of the dropout key
+  (`DROPOUT_PRNGS`). 'philox4x32' (default): JAX's Philox-4x32-10 (Salmon et al., SC'11), written
+  in integer jnp ops rather than a backend's random-number op; on the 2-core CPU its T5-small
+  steps are faster than with 'rbg' (XLA's RngBitGenerator, whose bits depend on the backend, and
+  the fast one on TPUs) and compile slower (measured in benchmarks/README, "The dropout PRNG").
+  'threefry2x32' is JAX's default. Checkpoints do not hold the key: a resumed run needs the same
+  implementation to draw the same masks.
   """
 
   def __init__(self, model: Any, optimizer: optax.GradientTransformation,
                partitioner: Partitioner, input_shapes: Mapping[str, tuple[int, ...]],
-               seed: int = 0, num_microbatches: int = 1, on_nonfinite: str = "stop"):
+               seed: int = 0, num_microbatches: int = 1, on_nonfinite: str = "stop",
+               dropout_prng: str = DEFAULT_DROPOUT_PRNG):
+    if dropout_prng not in DROPOUT_PRNGS:
+      raise ValueError(f"Trainer.dropout_prng = {dropout_prng!r}: expected one of "
+                       f"{', '.join(repr(m) for m in DROPOUT_PRNGS)}.")
     if on_nonfinite not in ON_NONFINITE:
       raise ValueError(f"Trainer.on_nonfinite = {on_nonfinite!r}: expected one of "
                        f"{', '.join(repr(m) for m in ON_NONFINITE)}.")
@@ -206,7 +220,7 @@ class Trainer:
     for batch_size in batch_sizes:  # before anything is traced or compiled
       partitioner.check_batch_size(batch_size, num_microbatches)
     self._init_rng = jax.random.PRNGKey(seed)
-    self.dropout_rng = jax.random.key(seed + 1, impl='rbg')  # XLA Philox bits (benchmarks/README)
+    self.dropout_rng = jax.random.key(seed + 1, impl=dropout_prng)
 
     def init(rng):
       return model.get_initial_variables(rng, dict(input_shapes))["params"]

@@ -169,11 +169,12 @@ def test_mlp_dropout_needs_rng_and_changes_output():
   assert not np.allclose(a, b)
 
 
-def test_dropout_keep_mask_rate_independence_and_expectation():
+@pytest.mark.parametrize('impl', ['philox4x32', 'rbg'])  # Trainer.dropout_prng's default, and rbg
+def test_dropout_keep_mask_rate_independence_and_expectation(impl):
   """16-bit decisions: the drop rate is round(rate * 2**16) / 2**16, decisions look independent
   (neighbours, which share a 32-bit word, and elements far apart), and the mean is kept."""
   n = 1 << 20
-  key = jax.random.key(0, impl='rbg')
+  key = jax.random.key(0, impl=impl)
   keep, keep_prob = layers.dropout_keep_mask(key, 0.1, (n,))
   assert keep_prob == pytest.approx(1 - 6554 / 65536)
   k = np.asarray(keep, np.float64)
@@ -188,6 +189,19 @@ def test_dropout_keep_mask_rate_independence_and_expectation():
   assert 0.15 < np.mean(np.asarray(other) != np.asarray(keep)) < 0.2  # 2p(1-p) = 0.18
   odd, _ = layers.dropout_keep_mask(key, 0.5, (3, 5))
   assert odd.shape == (3, 5)
+
+
+@pytest.mark.parametrize('make_key', [lambda: jax.random.key(3, impl='philox4x32'),
+                                      lambda: jax.random.key(3, impl='rbg'),
+                                      lambda: jax.random.PRNGKey(3)], ids=['philox4x32', 'rbg', 'raw'])
+def test_dropout_keep_mask_is_the_key_bits_halves_against_the_threshold(make_key):
+  """The mask under jit (with the barrier around the key) is exactly: the key's 32-bit words,
+  split into 16-bit halves in memory order, each kept when >= round(0.1 * 2**16) = 6554."""
+  key, shape = make_key(), (5, 77)
+  keep = jax.jit(lambda k: layers.dropout_keep_mask(k, 0.1, shape)[0])(key)
+  words = np.asarray(jax.random.bits(key, ((5 * 77 + 1) // 2,), jnp.uint32))
+  halves = words.view(np.uint16)[:5 * 77].reshape(shape)   # little-endian: low half first
+  np.testing.assert_array_equal(np.asarray(keep), halves >= 6554)
 
 
 def test_dropout_module_scales_kept_values_and_is_identity_when_off():

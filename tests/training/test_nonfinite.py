@@ -24,7 +24,7 @@ class NanAt:
 
   def __init__(self, model, step: int, what: str, seed: int = 0):
     self._model, self._what = model, what
-    key = jax.random.key(seed + 1, impl="rbg")  # Trainer.dropout_rng
+    key = jax.random.key(seed + 1, impl=trainer_lib.DEFAULT_DROPOUT_PRNG)  # Trainer.dropout_rng
     self._bad = jax.random.key_data(jax.random.fold_in(key, step - 1))
 
   def __getattr__(self, name):

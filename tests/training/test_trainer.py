@@ -42,6 +42,18 @@ def test_train_step_learns_the_copy_task():
   assert losses[-1] < losses[0] - 0.5, losses  # ln(64) = 4.16 is chance
 
 
+def test_dropout_prng_picks_the_key_and_an_unknown_one_is_refused():
+  model = toy.model()
+  shapes = {k: (BATCH, v) for k, v in
+            model.feature_converter_cls(pack=True).get_model_feature_lengths(toy.LENGTHS).items()}
+  make = lambda **kw: Trainer(model, optim.adafactor(learning_rate=0.05), Partitioner(), shapes, **kw)
+  assert str(jax.random.key_impl(make().dropout_rng)) == "philox4x32"
+  assert str(jax.random.key_impl(make(dropout_prng="rbg").dropout_rng)) == "rbg"
+  with pytest.raises(ValueError, match=r"Trainer.dropout_prng = 'mt19937': expected one of "
+                                       r"'philox4x32', 'rbg', 'threefry2x32'"):
+    make(dropout_prng="mt19937")
+
+
 def test_run_writes_checkpoints_config_and_metrics(tmp_path):
   state = _run(tmp_path, 4)
   assert int(state.step) == 4

@@ -27,8 +27,8 @@ from t2t.training.partitioning import Partitioner
 NONFINITE_QUANTITIES = {1: "loss", 2: "gradient norm"}
 ON_NONFINITE = ("stop", "skip")
 # `jax.random` key implementations `Trainer.dropout_prng` accepts (benchmarks/README, "The dropout PRNG").
-DROPOUT_PRNGS = ("philox4x32", "rbg", "threefry2x32")
-DEFAULT_DROPOUT_PRNG = "philox4x32"
+DROPOUT_PRNGS = ("rbg", "philox4x32", "threefry2x32")
+DEFAULT_DROPOUT_PRNG = "rbg"
 NONFINITE_FIELDS = ("nonfinite_steps", "first_nonfinite_step", "nonfinite_what")
 
 
@@ -194,12 +194,13 @@ class Trainer:
   `NonFiniteError` when the host next looks (a metrics fetch or a checkpoint save), naming the
   first such step; 'skip' goes on and announces how many steps were skipped.
   `dropout_prng` (gin `Trainer.dropout_prng`): the `jax.random` implementation of the dropout key
-  (`DROPOUT_PRNGS`). 'philox4x32' (default): JAX's Philox-4x32-10 (Salmon et al., SC'11), written
-  in integer jnp ops rather than a backend's random-number op; on the 2-core CPU its T5-small
-  steps are faster than with 'rbg' (XLA's RngBitGenerator, whose bits depend on the backend, and
-  the fast one on TPUs) and compile slower (measured in benchmarks/README, "The dropout PRNG").
-  'threefry2x32' is JAX's default. Checkpoints do not hold the key: a resumed run needs the same
-  implementation to draw the same masks.
+  (`DROPOUT_PRNGS`). 'rbg' (default): XLA's RngBitGenerator (Philox on CPU; its bits depend on the
+  backend and the sharding). 'philox4x32': JAX's Philox-4x32-10 (Salmon et al., SC'11) in integer
+  jnp ops; on the 2-core CPU its T5-small steps are ~13% faster and compile ~2 s slower
+  (benchmarks/README, "The dropout PRNG"), but only on a one-device mesh: XLA cannot partition its
+  `mulhi` across devices, so a larger mesh is refused here. 'threefry2x32' is JAX's default.
+  Checkpoints do not hold the key: a resumed run needs the same implementation to draw the same
+  masks.
   """
 
   def __init__(self, model: Any, optimizer: optax.GradientTransformation,
@@ -209,6 +210,10 @@ class Trainer:
     if dropout_prng not in DROPOUT_PRNGS:
       raise ValueError(f"Trainer.dropout_prng = {dropout_prng!r}: expected one of "
                        f"{', '.join(repr(m) for m in DROPOUT_PRNGS)}.")
+    if dropout_prng == "philox4x32" and partitioner.mesh.size > 1:
+      raise ValueError(f"Trainer.dropout_prng = 'philox4x32' runs on one device only; this mesh "
+                       f"has {partitioner.mesh.size} (XLA cannot partition Philox's mulhi). Use "
+                       f"'rbg' or 'threefry2x32'.")
     if on_nonfinite not in ON_NONFINITE:
       raise ValueError(f"Trainer.on_nonfinite = {on_nonfinite!r}: expected one of "
                        f"{', '.join(repr(m) for m in ON_NONFINITE)}.")

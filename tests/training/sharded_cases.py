@@ -164,6 +164,14 @@ def main(out_dir):
     p = Partitioner()
     assert (p.mesh.shape["data"], p.mesh.shape["model"]) == shape, (preset, p.mesh.shape)
     assert p.logical_axis_rules == partitioning.RULE_PRESETS[preset], preset
+  gin.clear_config()
+
+  # philox4x32 dropout keys cannot be partitioned by XLA: refused on a mesh of 8, by name.
+  try:
+    trainer(Partitioner(), dropout_prng="philox4x32")
+    sys.exit("philox4x32 on 8 devices was not refused")
+  except ValueError as e:
+    assert "Trainer.dropout_prng = 'philox4x32' runs on one device only; this mesh has 8" in str(e), e
   print("OK")
 
 

@@ -56,6 +56,7 @@ def select_random_chunk(
   dataset = dataset.filter(lambda x: tf.size(x[feature_key]) > 0)
 
   @seqio.map_over_dataset(num_seeds=1)
+  @noise.graph_only
   def chunk(features, seed):
     tokens = features[feature_key]
     num_chunks = (tf.size(tokens) + max_length - 1) // max_length
@@ -106,6 +107,7 @@ def split_tokens(
                      f"got {min_tokens_per_segment}.")
 
   @seqio.map_over_dataset(num_seeds=1)
+  @noise.graph_only
   def to_segments(features, seed):
     tokens = features[feature_key]
     if min_tokens_per_segment is None:

@@ -144,6 +144,7 @@ def bert_mlm(
   dataset = corpus.segments(dataset, length - 2, merge_examples_to_reduce_padding)
 
   @seqio.map_over_dataset(num_seeds=3)
+  @noise.graph_only
   def corrupt(features, seeds):
     tokens = tf.cast(features["targets"], tf.int32)
     n = tf.size(tokens)

@@ -157,6 +157,33 @@ def test_random_spans_row_of_table_3():
   assert vocab.decode(no_final.numpy()) == "<S_0> for inviting me <S_1> your party last"
 
 
+def test_library_noise_runs_without_autograph_a_users_function_still_gets_it():
+  """t2t.data.noise is marked graph-only (AutoGraph skips it, which saves start-up time): it must
+  build its graph with AutoGraph off. A user's own mask function passed to `denoise` is still
+  converted: its Python `if` on a tensor works inside the tf.data map."""
+  vocab = _words_vocab()
+  seeds = [tf.constant([1, 2]), tf.constant([3, 4])]
+  graph_mask = tf.function(lambda n: noise.random_spans_noise_mask(n, 0.3, seeds), autograph=False)
+  assert (graph_mask(tf.constant(11)).numpy() == noise.random_spans_noise_mask(11, 0.3, seeds)
+          .numpy()).all()
+  assert graph_mask(tf.constant(11)).numpy().sum() == 3  # round(11 * 0.3) noise tokens
+
+  def first_half_when_long(length, noise_density, seeds):
+    del noise_density, seeds
+    if length > 4:  # a tensor inside tf.data: only AutoGraph turns this into a tf.cond
+      return tf.range(length) < length // 2
+    return tf.zeros([length], tf.bool)
+
+  features = {"inputs": seqio.Feature(vocab), "targets": seqio.Feature(vocab)}
+  docs = tf.data.Dataset.from_tensors({"targets": tf.constant(vocab.encode(SENTENCE))})
+  with seqio.utils.map_seed_manager(0):
+    out = objectives.denoise(docs, features, 0.5, first_half_when_long,
+                             noise.noise_span_to_unique_sentinel, noise.noise_spans_to_targets)
+  example = next(out.as_numpy_iterator())
+  assert vocab.decode(example["inputs"]) == "<S_0> to your party last week ."
+  assert vocab.decode(example["targets"]) == "<S_0> Thank you for inviting me <S_1>"
+
+
 def test_more_spans_than_sentinels_is_a_clear_error():
   vocab = _words_vocab(extra_ids=2)
   tokens = tf.constant(vocab.encode(SENTENCE))

@@ -72,7 +72,7 @@ from t2t.models.transformer import T5Config, Transformer  # noqa: E402
 from t2t.training import host_memory, optim  # noqa: E402
 from t2t.training.partitioning import Partitioner  # noqa: E402
 from t2t.training.predictor import Predictor  # noqa: E402
-from t2t.training.trainer import Trainer  # noqa: E402
+from t2t.training.trainer import Trainer, dropout_key_impl  # noqa: E402
 
 # The peer's shapes (hf_t5_peer.py: B, LE, LD, and GEN, the default of its --gen-len) and model.
 PEER_SHAPES = dict(batch=8, enc_len=512, dec_len=114, gen_len=64)
@@ -201,7 +201,7 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
   """
   trainer, data = _train_setup(config, batch, enc_len, dec_len)
   if dropout_prng is not None:
-    trainer.dropout_rng = jax.random.key(1, impl=dropout_prng)
+    trainer.dropout_rng = jax.random.key(1, impl=dropout_key_impl(dropout_prng, trainer.partitioner))
   state = trainer.init_state()
   nparams = sum(int(x.size) for x in jax.tree.leaves(state.params))
   losses, faults = [], []

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 
 from t2t import errors
+from t2t.models import philox
 from t2t.training import adaptation, partitioning, reporting
 from t2t.training.partitioning import Partitioner
 
@@ -28,7 +29,7 @@ NONFINITE_QUANTITIES = {1: "loss", 2: "gradient norm"}
 ON_NONFINITE = ("stop", "skip")
 # `jax.random` key implementations `Trainer.dropout_prng` accepts (benchmarks/README, "The dropout PRNG").
 DROPOUT_PRNGS = ("rbg", "philox4x32", "threefry2x32")
-DEFAULT_DROPOUT_PRNG = "rbg"
+DEFAULT_DROPOUT_PRNG = "philox4x32"
 NONFINITE_FIELDS = ("nonfinite_steps", "first_nonfinite_step", "nonfinite_what")
 
 
@@ -74,6 +75,19 @@ class Hook(Protocol):
 
   def __call__(self, step: int, state: TrainState, metrics: Mapping[str, float] | None,
                batch: Mapping[str, np.ndarray]) -> Control | None: ...
+
+
+def dropout_key_impl(dropout_prng: str, partitioner: Partitioner) -> Any:
+  """The `jax.random` key implementation for `Trainer.dropout_prng` on `partitioner`'s mesh.
+
+  'philox4x32' is JAX's own implementation on a one-device mesh, and t2t's twin of it on a larger
+  one (t2t/models/philox.py): the same keys and bits, but JAX's uses `lax.mulhi`, which XLA cannot
+  partition across devices, and the twin's 64-bit products compile ~5 s slower in T5-small's
+  step. A run resumed on another mesh therefore draws the same masks. Other names are JAX's.
+  """
+  if dropout_prng == "philox4x32" and partitioner.mesh.size > 1:
+    return philox.PHILOX4X32
+  return dropout_prng
 
 
 def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: Any,
@@ -193,12 +207,12 @@ class Trainer:
   leads to. Its update is never applied (`train_step`); 'stop' (default) then raises
   `NonFiniteError` when the host next looks (a metrics fetch or a checkpoint save), naming the
   first such step; 'skip' goes on and announces how many steps were skipped.
-  `dropout_prng` (gin `Trainer.dropout_prng`): the `jax.random` implementation of the dropout key
-  (`DROPOUT_PRNGS`). 'rbg' (default): XLA's RngBitGenerator (Philox on CPU; its bits depend on the
-  backend and the sharding). 'philox4x32': JAX's Philox-4x32-10 (Salmon et al., SC'11) in integer
-  jnp ops; on the 2-core CPU its T5-small steps are ~13% faster and compile ~2 s slower
-  (benchmarks/README, "The dropout PRNG"), but only on a one-device mesh: XLA cannot partition its
-  `mulhi` across devices, so a larger mesh is refused here. 'threefry2x32' is JAX's default.
+  `dropout_prng` (gin `Trainer.dropout_prng`): the generator of the dropout masks
+  (`DROPOUT_PRNGS`, `dropout_key_impl`). 'philox4x32' (default): Philox-4x32-10 (Salmon et al.,
+  SC'11) in integer ops; its bits are the same on every backend and mesh, and on the 2-core CPU a
+  T5-small step is ~11% faster than with 'rbg' (benchmarks/README, "The dropout PRNG"). 'rbg':
+  XLA's RngBitGenerator (Philox on CPU; its bits depend on the backend and the sharding).
+  'threefry2x32' is JAX's default.
   Checkpoints do not hold the key: a resumed run needs the same implementation to draw the same
   masks.
   """
@@ -210,10 +224,6 @@ class Trainer:
     if dropout_prng not in DROPOUT_PRNGS:
       raise ValueError(f"Trainer.dropout_prng = {dropout_prng!r}: expected one of "
                        f"{', '.join(repr(m) for m in DROPOUT_PRNGS)}.")
-    if dropout_prng == "philox4x32" and partitioner.mesh.size > 1:
-      raise ValueError(f"Trainer.dropout_prng = 'philox4x32' runs on one device only; this mesh "
-                       f"has {partitioner.mesh.size} (XLA cannot partition Philox's mulhi). Use "
-                       f"'rbg' or 'threefry2x32'.")
     if on_nonfinite not in ON_NONFINITE:
       raise ValueError(f"Trainer.on_nonfinite = {on_nonfinite!r}: expected one of "
                        f"{', '.join(repr(m) for m in ON_NONFINITE)}.")
@@ -225,7 +235,7 @@ class Trainer:
     for batch_size in batch_sizes:  # before anything is traced or compiled
       partitioner.check_batch_size(batch_size, num_microbatches)
     self._init_rng = jax.random.PRNGKey(seed)
-    self.dropout_rng = jax.random.key(seed + 1, impl=dropout_prng)
+    self.dropout_rng = jax.random.key(seed + 1, impl=dropout_key_impl(dropout_prng, partitioner))
 
     def init(rng):
       return model.get_initial_variables(rng, dict(input_shapes))["params"]

@@ -169,7 +169,7 @@ def test_mlp_dropout_needs_rng_and_changes_output():
   assert not np.allclose(a, b)
 
 
-@pytest.mark.parametrize('impl', ['philox4x32', 'rbg'])  # Trainer.dropout_prng's opt-in and default
+@pytest.mark.parametrize('impl', ['philox4x32', 'rbg'])  # Trainer.dropout_prng's default and 'rbg'
 def test_dropout_keep_mask_rate_independence_and_expectation(impl):
   """16-bit decisions: the drop rate is round(rate * 2**16) / 2**16, decisions look independent
   (neighbours, which share a 32-bit word, and elements far apart), and the mean is kept."""

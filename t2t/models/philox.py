@@ -23,10 +23,15 @@ the element's index) -- so the keys and bits are JAX's, on one device and on any
 (tests/models/test_philox.py checks both, and Random123's known answer).
 
 `PHILOX4X32` is the implementation; use it as `jax.random.key(seed, impl=PHILOX4X32)`.
+
+`block_words` gives dropout all 128 bits of each block (`jax.random.bits` folds them into 32) for
+JAX's philox4x32 keys and for these, with `lax.mulhi` for JAX's and 64-bit products for these.
 """
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any
 
 import jax
 import jax.extend.random
@@ -42,12 +47,16 @@ ROUNDS = 10
 _U32 = jnp.uint32
 
 
-def mulhilo(a: jax.Array, m: np.uint32) -> tuple[jax.Array, jax.Array]:
+def mulhilo(a: jax.Array, m: np.uint32, partitionable: bool = True
+            ) -> tuple[jax.Array, jax.Array]:
   """(high, low) 32-bit halves of the 64-bit product of uint32 `a` (any shape) and constant `m`.
 
-  The product is formed in uint64 (64-bit types enabled for these few ops only), which is what
-  makes the program partitionable; the results are uint32 arrays of `a`'s shape.
+  `partitionable`: the product is formed in uint64 (64-bit types enabled for these few ops only),
+  which is what makes the program partitionable; else the high half is `lax.mulhi`'s (one device
+  only, and the program compiles faster). The results are uint32 arrays of `a`'s shape.
   """
+  if not partitionable:
+    return lax.mulhi(a, _U32(m)), a * _U32(m)
   with jax.enable_x64(True):
     product = lax.convert_element_type(a, jnp.uint64) * jnp.uint64(m)
     high = lax.convert_element_type(lax.shift_right_logical(product, jnp.uint64(32)), _U32)
@@ -55,18 +64,20 @@ def mulhilo(a: jax.Array, m: np.uint32) -> tuple[jax.Array, jax.Array]:
 
 
 def philox4x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array, x2: jax.Array,
-               x3: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+               x3: jax.Array, partitionable: bool = True
+               ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """Philox-4x32-10 of the counter (x0, x1, x2, x3) under the key (k0, k1), elementwise.
 
   All arguments are uint32 arrays that broadcast together; returns the block's four output words.
+  `partitionable`: how the products' high halves are formed (`mulhilo`); same words either way.
   """
   args = jnp.broadcast_arrays(*[jnp.asarray(v, _U32) for v in (k0, k1, x0, x1, x2, x3)])
   k0, k1, x0, x1, x2, x3 = args
   for round_ in range(ROUNDS):
     if round_:
       k0, k1 = k0 + _U32(WEYL[0]), k1 + _U32(WEYL[1])
-    hi0, lo0 = mulhilo(x0, MULTIPLIERS[0])
-    hi1, lo1 = mulhilo(x2, MULTIPLIERS[1])
+    hi0, lo0 = mulhilo(x0, MULTIPLIERS[0], partitionable)
+    hi1, lo1 = mulhilo(x2, MULTIPLIERS[1], partitionable)
     x0, x1, x2, x3 = hi1 ^ x1 ^ k0, lo1, hi0 ^ x3 ^ k1, lo0
   return x0, x1, x2, x3
 
@@ -133,3 +144,40 @@ def _random_bits(key: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.
 PHILOX4X32 = jax.extend.random.define_prng_impl(
     key_shape=(2,), seed=_seed, split=_split, random_bits=_random_bits, fold_in=_fold_in,
     name="philox4x32", tag="phx4p")
+
+
+@functools.cache
+def _key_dtypes() -> dict[Any, bool]:
+  """{key dtype: partitionable} of the two philox4x32 implementations: JAX's and PHILOX4X32."""
+  jaxs = jax.eval_shape(lambda: jax.random.key(0, impl="philox4x32")).dtype
+  ours = jax.eval_shape(lambda: jax.random.key(0, impl=PHILOX4X32)).dtype
+  return {jaxs: False, ours: True}
+
+
+def is_philox4x32_key(key: jax.Array) -> bool:
+  """Whether `key` is a typed key of JAX's philox4x32 implementation or of PHILOX4X32."""
+  return jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.dtype in _key_dtypes()
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _block_words(key_data: jax.Array, shape: tuple[int, ...], partitionable: bool) -> jax.Array:
+  high, low = _index_words(shape)
+  zeros = jnp.zeros(shape, _U32)
+  out = philox4x32(key_data[0], key_data[1], high, low, zeros, zeros, partitionable)
+  return jnp.stack(out, axis=len(shape))
+
+
+def block_words(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+  """uint32 [*shape, 4]: the four output words of the Philox-4x32-10 block of each index in `shape`.
+
+  `key` is a philox4x32 key, JAX's or PHILOX4X32 (`is_philox4x32_key`). Block i (row-major in
+  `shape`) has the counter (i high, i low, 0, 0) under the key's two words: the block whose four
+  words `jax.random.bits(key, shape)` XORs into its element i, so these are the same draws with
+  all 128 bits kept -- a quarter of the rounds for the same number of random bits. The high
+  halves come from `lax.mulhi` for JAX's key (one device) and from 64-bit products for
+  PHILOX4X32's (any mesh): the words are the same. Traced once per shape (an inner `jax.jit`).
+  """
+  partitionable = _key_dtypes().get(key.dtype)
+  if partitionable is None:
+    raise TypeError(f"block_words needs a philox4x32 key; got a key of dtype {key.dtype}.")
+  return _block_words(jax.random.key_data(key), tuple(shape), partitionable)

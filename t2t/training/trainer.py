@@ -209,8 +209,10 @@ class Trainer:
   first such step; 'skip' goes on and announces how many steps were skipped.
   `dropout_prng` (gin `Trainer.dropout_prng`): the generator of the dropout masks
   (`DROPOUT_PRNGS`, `dropout_key_impl`). 'philox4x32' (default): Philox-4x32-10 (Salmon et al.,
-  SC'11) in integer ops; its bits are the same on every backend and mesh, and on the 2-core CPU a
-  T5-small step is ~11% faster than with 'rbg' (benchmarks/README, "The dropout PRNG"). 'rbg':
+  SC'11) in integer ops, a mask taking all four words of each block
+  (`layers.dropout_keep_mask`); its bits are the same on every backend and mesh, and on the 2-core
+  CPU a T5-small step is faster than with 'rbg' (~11% already with one word per block;
+  benchmarks/README, "The dropout PRNG"). 'rbg':
   XLA's RngBitGenerator (Philox on CPU; its bits depend on the backend and the sharding).
   'threefry2x32' is JAX's default.
   Checkpoints do not hold the key: a resumed run needs the same implementation to draw the same

@@ -62,6 +62,23 @@ def test_bits_are_jax_philox4x32s_at_every_width_and_under_jit():
   np.testing.assert_array_equal(np.asarray(keep(ours)), np.asarray(keep(jaxs)))
 
 
+def test_block_words_are_the_blocks_that_jaxs_bits_fold_into_one_word():
+  """Each block's four words XOR to `jax.random.bits`' word of that index (the same counters), for
+  JAX's key (lax.mulhi) and the twin's (64-bit products) alike; other keys are refused."""
+  jaxs, ours = jax.random.key(5, impl="philox4x32"), jax.random.key(5, impl=philox.PHILOX4X32)
+  assert philox.is_philox4x32_key(jaxs) and philox.is_philox4x32_key(ours)
+  a = np.asarray(jax.jit(lambda k: philox.block_words(k, (6, 7)))(jaxs))
+  b = np.asarray(philox.block_words(ours, (6, 7)))
+  assert a.shape == (6, 7, 4) and a.dtype == np.uint32
+  np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(a[..., 0] ^ a[..., 1] ^ a[..., 2] ^ a[..., 3],
+                                np.asarray(jax.random.bits(jaxs, (6, 7), jnp.uint32)))
+  rbg = jax.random.key(5, impl="rbg")
+  assert not philox.is_philox4x32_key(rbg) and not philox.is_philox4x32_key(jnp.zeros(2, jnp.uint32))
+  with pytest.raises(TypeError, match="philox4x32 key"):
+    philox.block_words(rbg, (2,))
+
+
 MESH_CASE = textwrap.dedent("""
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P

@@ -294,12 +294,12 @@ def dropout_keep_mask(rng: Array, rate: float, shape: tuple[int, ...]) -> tuple[
   threshold = int(round(rate * 2 ** DROPOUT_BITS))
   size = math.prod(shape)
   rng = _materialised(rng)
-  per_block = 128 // DROPOUT_BITS
-  in_shape = philox.is_philox4x32_key(rng) and bool(shape) and shape[-1] % per_block == 0
-  if in_shape:
-    words = philox.block_words(rng, (*shape[:-1], shape[-1] // per_block))
-  elif philox.is_philox4x32_key(rng):
-    words = philox.block_words(rng, (-(-size // per_block),))
+  in_shape = False
+  if philox.is_philox4x32_key(rng):
+    per_block = 128 // DROPOUT_BITS
+    in_shape = bool(shape) and shape[-1] % per_block == 0
+    blocks = (*shape[:-1], shape[-1] // per_block) if in_shape else (-(-size // per_block),)
+    words = philox.block_words(rng, blocks)
   else:
     words = jax.random.bits(rng, ((size + 1) // 2,), jnp.uint32)
   halves = jax.lax.bitcast_convert_type(words, jnp.uint16)

@@ -110,6 +110,15 @@ def _seed(seed: jax.Array) -> jax.Array:
   return jnp.stack([out[0], out[1]])
 
 
+def _blocks(key: jax.Array, shape: tuple[int, ...], partitionable: bool = True
+            ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """The four words, each of `shape`, of the blocks whose counters are (index high, index low, 0,
+  0) under the key words [2]: what `random_bits` and `block_words` draw."""
+  high, low = _index_words(shape)
+  zeros = jnp.zeros(shape, _U32)
+  return philox4x32(key[0], key[1], high, low, zeros, zeros, partitionable)
+
+
 def _split(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   """Keys [*shape, 2]: the block counter is (0, 0, index high, index low)."""
   high, low = _index_words(tuple(shape))
@@ -129,10 +138,7 @@ def _random_bits(key: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.
   (8/16/32 bits: truncated), or its first two words as one 64-bit value."""
   if bit_width not in (8, 16, 32, 64):
     raise TypeError("philox4x32 makes 8-, 16-, 32- or 64-bit words.")
-  shape = tuple(shape)
-  high, low = _index_words(shape)
-  zeros = jnp.zeros(shape, _U32)
-  out = philox4x32(key[0], key[1], high, low, zeros, zeros)
+  out = _blocks(key, tuple(shape))
   if bit_width == 64:
     with jax.enable_x64(True):
       return (lax.convert_element_type(out[0], jnp.uint64) << jnp.uint64(32)
@@ -161,10 +167,7 @@ def is_philox4x32_key(key: jax.Array) -> bool:
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _block_words(key_data: jax.Array, shape: tuple[int, ...], partitionable: bool) -> jax.Array:
-  high, low = _index_words(shape)
-  zeros = jnp.zeros(shape, _U32)
-  out = philox4x32(key_data[0], key_data[1], high, low, zeros, zeros, partitionable)
-  return jnp.stack(out, axis=len(shape))
+  return jnp.stack(_blocks(key_data, shape, partitionable), axis=len(shape))
 
 
 def block_words(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:

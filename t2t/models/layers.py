@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t.models import philox
+from t2t.models import dropout_plan, philox
 
 Array = jax.Array
 DType = Any
@@ -308,7 +308,21 @@ def dropout_keep_mask(rng: Array, rate: float, shape: tuple[int, ...]) -> tuple[
   else:
     halves = halves.reshape(-1)[:size].reshape(shape)
   keep = halves >= jnp.uint16(threshold)
-  return keep, 1.0 - threshold / 2 ** DROPOUT_BITS
+  return keep, dropout_keep_prob(rate)
+
+
+def dropout_keep_prob(rate: float) -> float:
+  """The keep probability of `dropout_keep_mask`'s masks: 1 - rate quantised to 2**-16."""
+  return 1.0 - int(round(rate * 2 ** DROPOUT_BITS)) / 2 ** DROPOUT_BITS
+
+
+def with_planned_dropout(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
+  """`loss_fn(params, batch, rng)` whose `Dropout` sites take masks made up front, in batches.
+
+  Same masks as the sites would make themselves, from fewer kernels: see
+  t2t/models/dropout_plan.py (`with_planned_masks`).
+  """
+  return dropout_plan.with_planned_masks(loss_fn, dropout_keep_mask)
 
 
 class Dropout(nn.Module):
@@ -326,7 +340,12 @@ class Dropout(nn.Module):
       return x
     if not 0.0 <= self.rate < 1.0:
       raise ValueError(f'Dropout rate must be in [0, 1), got {self.rate}.')
-    keep, keep_prob = dropout_keep_mask(self.make_rng(self.rng_collection), self.rate, x.shape)
+    rng = self.make_rng(self.rng_collection)
+    keep = dropout_plan.site_mask(self.scope, self.rng_collection, self.rate, x.shape)
+    if keep is None:
+      keep, keep_prob = dropout_keep_mask(rng, self.rate, x.shape)
+    else:  # made up front with the step's other masks (t2t/models/dropout_plan.py); same bits
+      keep_prob = dropout_keep_prob(self.rate)
     return jnp.where(keep, x * jnp.asarray(1.0 / keep_prob, x.dtype), jnp.zeros((), x.dtype))
 
 

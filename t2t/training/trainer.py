@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from t2t import errors
-from t2t.models import philox
+from t2t.models import layers, philox
 from t2t.training import adaptation, partitioning, reporting
 from t2t.training.partitioning import Partitioner
 
@@ -107,11 +107,12 @@ def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: A
   about it is `Trainer.on_nonfinite`'s business (`Trainer.check_finite`).
   """
   rng = jax.random.fold_in(dropout_rng, state.step)
-  grad_fn = adaptation.value_and_grad_trainable(model.loss_fn, trainable)
+  loss_fn = layers.with_planned_dropout(model.loss_fn)
+  grad_fn = adaptation.value_and_grad_trainable(loss_fn, trainable)
   if num_microbatches == 1:
     (loss, metrics), grads = grad_fn(state.params, batch, rng)
   else:
-    grads, metrics = accumulated_gradients(model.loss_fn, trainable, state.params, batch, rng,
+    grads, metrics = accumulated_gradients(loss_fn, trainable, state.params, batch, rng,
                                            num_microbatches)
     loss = metrics["loss"]
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)

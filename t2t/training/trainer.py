@@ -98,7 +98,9 @@ def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: A
   `trainable` (a static bool tree like the params, `adaptation.trainable_mask`) says which
   parameters are differentiated; the others' gradients are zeros, so `grad_norm` covers the
   trainable ones only. With `num_microbatches` > 1 the gradient is accumulated over that many
-  slices of the batch (`accumulated_gradients`) and equals the whole batch's.
+  slices of the batch (`accumulated_gradients`) and equals the whole batch's. The loss's dropout
+  masks are made up front, all keys in one kernel and one generator per mask shape
+  (`layers.with_planned_dropout`): the same masks as each site would draw, compiled faster.
 
   Every step checks, on the device, that the loss and the gradient norm are finite. A step
   where either is not keeps the old params and optimizer state (a per-leaf select, no host

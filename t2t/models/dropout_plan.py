@@ -121,7 +121,8 @@ def site_mask(scope: Any, collection: str, rate: float, shape: tuple[int, ...]) 
         f'{rate}, but the recording pass saw '
         f'{", ".join(f"{s.shape} at {s.rate}" for s in seen) or "no such site"}: the loss '
         f'function must draw the same dropout masks each time it is traced '
-        f'(t2t/models/dropout_plan.py).')
+        f'(t2t/models/dropout_plan.py), or gin `Trainer.plan_dropout = False` lets each site '
+        f'draw its own.')
   return state.masks[site]
 
 

@@ -2,6 +2,7 @@
 import json
 import os
 
+import gin
 import jax
 import numpy as np
 import pytest
@@ -54,6 +55,29 @@ def test_dropout_prng_picks_the_key_and_an_unknown_one_is_refused():
   with pytest.raises(ValueError, match=r"Trainer.dropout_prng = 'mt19937': expected one of "
                                        r"'rbg', 'philox4x32', 'threefry2x32'"):
     make(dropout_prng="mt19937")
+
+
+def test_planned_dropout_masks_train_as_the_sites_own_and_gin_turns_them_off():
+  """Dropout 0.2: two steps with the masks planned up front and without, the same losses."""
+  model = toy.model(dropout_rate=0.2)
+  converter = model.feature_converter_cls(pack=True)
+  shapes = {k: (BATCH, v) for k, v in converter.get_model_feature_lengths(toy.LENGTHS).items()}
+  losses = {}
+  for plan in (True, False):
+    tr = Trainer(model, optim.adafactor(learning_rate=0.05), Partitioner(), shapes,
+                 plan_dropout=plan)
+    batches = inputs.train_batches(toy.TASK, toy.LENGTHS, converter, BATCH, seed=0)
+    state, losses[plan] = tr.init_state(), []
+    for _ in range(2):
+      state, metrics = tr.step(state, next(batches))
+      losses[plan].append(float(metrics["loss"]))
+  assert losses[True] == losses[False], losses
+  with gin.unlock_config():
+    gin.parse_config("Trainer.plan_dropout = False")
+  try:
+    assert not Trainer(model, optim.adafactor(), Partitioner(), shapes).plan_dropout
+  finally:
+    gin.clear_config()
 
 
 def test_run_writes_checkpoints_config_and_metrics(tmp_path):

@@ -1,7 +1,8 @@
 """The train step and the training loop.
 
-`train_step` is a pure function of (state, batch, rng); `Trainer` jits it over the partitioner's
-mesh with `NamedSharding`s derived from the model's logical axis names, initialises (or restores)
+`train_step` is a pure function of (state, batch, rng): `gradient_step`, then `update_step`.
+`Trainer` jits them over the partitioner's mesh with `NamedSharding`s derived from the model's
+logical axis names (as two programs, or as one: `Trainer.split_update`), initialises (or restores)
 the sharded state, and runs the loop. Everything else a run does -- checkpoints, metrics files,
 the progress bar -- is a hook called between steps.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import flax
@@ -90,35 +92,41 @@ def dropout_key_impl(dropout_prng: str, partitioner: Partitioner) -> Any:
   return dropout_prng
 
 
-def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: Any,
-               state: TrainState, batch: Mapping[str, jax.Array], dropout_rng: jax.Array,
-               num_microbatches: int = 1, plan_dropout: bool = True
-               ) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimizer step on one batch; returns the new state and the step's metrics.
+def gradient_step(model: Any, trainable: Any, params: Any, step: jax.Array,
+                  batch: Mapping[str, jax.Array], dropout_rng: jax.Array,
+                  num_microbatches: int = 1, plan_dropout: bool = True
+                  ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+  """The loss's gradient on one batch: (grads like params, loss [], the loss's metrics).
 
   `trainable` (a static bool tree like the params, `adaptation.trainable_mask`) says which
-  parameters are differentiated; the others' gradients are zeros, so `grad_norm` covers the
-  trainable ones only. With `num_microbatches` > 1 the gradient is accumulated over that many
-  slices of the batch (`accumulated_gradients`) and equals the whole batch's. With
+  parameters are differentiated; the others' gradients are zeros. The dropout key is
+  `dropout_rng` folded with `step`. With `num_microbatches` > 1 the gradient is accumulated over
+  that many slices of the batch (`accumulated_gradients`) and equals the whole batch's. With
   `plan_dropout` the loss's dropout masks are made up front, all keys in one kernel and one
   generator per mask shape (`layers.with_planned_dropout`): the same masks as each site would
   draw, compiled faster.
-
-  Every step checks, on the device, that the loss and the gradient norm are finite. A step
-  where either is not keeps the old params and optimizer state (a per-leaf select, no host
-  sync) while the step counter still advances, and is counted in the state's non-finite
-  counters (see `TrainState`); the metric `nonfinite_steps` is that count. What the host does
-  about it is `Trainer.on_nonfinite`'s business (`Trainer.check_finite`).
   """
-  rng = jax.random.fold_in(dropout_rng, state.step)
+  rng = jax.random.fold_in(dropout_rng, step)
   loss_fn = layers.with_planned_dropout(model.loss_fn) if plan_dropout else model.loss_fn
-  grad_fn = adaptation.value_and_grad_trainable(loss_fn, trainable)
   if num_microbatches == 1:
-    (loss, metrics), grads = grad_fn(state.params, batch, rng)
-  else:
-    grads, metrics = accumulated_gradients(loss_fn, trainable, state.params, batch, rng,
-                                           num_microbatches)
-    loss = metrics["loss"]
+    grad_fn = adaptation.value_and_grad_trainable(loss_fn, trainable)
+    (loss, metrics), grads = grad_fn(params, batch, rng)
+    return grads, loss, metrics
+  grads, metrics = accumulated_gradients(loss_fn, trainable, params, batch, rng, num_microbatches)
+  return grads, metrics["loss"], metrics
+
+
+def update_step(optimizer: optax.GradientTransformation, state: TrainState, grads: Any,
+                loss: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+  """Applies `optimizer` to `grads` (like `state.params`); returns the new state and the metrics
+  `grad_norm` (over the trainable parameters; the others' gradients are zeros) and
+  `nonfinite_steps`.
+
+  Checks, on the device, that `loss` and the gradient norm are finite. A step where either is
+  not keeps the old params and optimizer state (a per-leaf select, no host sync) while the step
+  counter still advances, and is counted in the state's non-finite counters (see `TrainState`).
+  What the host does about it is `Trainer.on_nonfinite`'s business (`Trainer.check_finite`).
+  """
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   grad_norm = optax.tree.norm(grads)
@@ -135,8 +143,22 @@ def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: A
       first_nonfinite_step=jnp.where(first, step, state.first_nonfinite_step).astype(jnp.int32),
       nonfinite_what=jnp.where(first, jnp.where(loss_ok, 2, 1),
                                state.nonfinite_what).astype(jnp.int32))
-  metrics = {**metrics, "grad_norm": grad_norm, "nonfinite_steps": count}
-  return new_state, metrics
+  return new_state, {"grad_norm": grad_norm, "nonfinite_steps": count}
+
+
+def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: Any,
+               state: TrainState, batch: Mapping[str, jax.Array], dropout_rng: jax.Array,
+               num_microbatches: int = 1, plan_dropout: bool = True
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimizer step on one batch: `gradient_step`, then `update_step`; returns the new state
+  and the step's metrics (the loss's, `grad_norm` and `nonfinite_steps`).
+
+  `Trainer` runs the two parts as two programs (`Trainer.split_update`) or this function as one.
+  """
+  grads, loss, metrics = gradient_step(model, trainable, state.params, state.step, batch,
+                                       dropout_rng, num_microbatches, plan_dropout)
+  new_state, update_metrics = update_step(optimizer, state, grads, loss)
+  return new_state, {**metrics, **update_metrics}
 
 
 def split_microbatches(batch: Mapping[str, jax.Array], num_microbatches: int
@@ -202,7 +224,8 @@ def eval_step(model: Any, params: Any, batch: Mapping[str, jax.Array]) -> dict[s
   return metrics
 
 
-@gin.configurable(allowlist=["num_microbatches", "on_nonfinite", "dropout_prng", "plan_dropout"])
+@gin.configurable(allowlist=["num_microbatches", "on_nonfinite", "dropout_prng", "plan_dropout",
+                             "split_update"])
 class Trainer:
   """Builds the sharded state and the compiled step for a model, optimizer and mesh.
 
@@ -226,12 +249,19 @@ class Trainer:
   front (`train_step`, t2t/models/dropout_plan.py): the same masks, ~4 s less compile for
   T5-small. False lets each site draw its own, for a loss function that cannot be traced twice
   alike.
+  `split_update` (gin `Trainer.split_update`, default True): run the step as two programs, the
+  gradient (`gradient_step`) and the optimizer update (`update_step`), and compile the update on
+  a second thread while the gradient program traces and compiles, before the first step. The
+  same arithmetic as the one program of `train_step` (False), ~3 s less compile + first step for
+  T5-small on 2 cores; the gradients make one trip through memory between the two programs
+  (benchmarks/README, "Compile + first step").
   """
 
   def __init__(self, model: Any, optimizer: optax.GradientTransformation,
                partitioner: Partitioner, input_shapes: Mapping[str, tuple[int, ...]],
                seed: int = 0, num_microbatches: int = 1, on_nonfinite: str = "stop",
-               dropout_prng: str = DEFAULT_DROPOUT_PRNG, plan_dropout: bool = True):
+               dropout_prng: str = DEFAULT_DROPOUT_PRNG, plan_dropout: bool = True,
+               split_update: bool = True):
     if dropout_prng not in DROPOUT_PRNGS:
       raise ValueError(f"Trainer.dropout_prng = {dropout_prng!r}: expected one of "
                        f"{', '.join(repr(m) for m in DROPOUT_PRNGS)}.")
@@ -240,6 +270,8 @@ class Trainer:
                        f"{', '.join(repr(m) for m in ON_NONFINITE)}.")
     self.model, self.optimizer, self.partitioner = model, optimizer, partitioner
     self.num_microbatches, self.plan_dropout = num_microbatches, plan_dropout
+    self.split_update = split_update
+    self._update_compiling: threading.Thread | None = None
     self.on_nonfinite = on_nonfinite
     self._announced_nonfinite = 0
     batch_sizes = {shape[0] for shape in input_shapes.values()}
@@ -265,13 +297,22 @@ class Trainer:
                                       opt_state=self.opt_state_shardings, nonfinite_steps=rep,
                                       first_nonfinite_step=rep, nonfinite_what=rep)
     data = partitioner.data_sharding
+    trainable = adaptation.trainable_mask(optimizer, self.params_abstract)
     self._train_step = jax.jit(
-        functools.partial(train_step, model, optimizer,
-                          adaptation.trainable_mask(optimizer, self.params_abstract),
+        functools.partial(train_step, model, optimizer, trainable,
                           num_microbatches=num_microbatches, plan_dropout=plan_dropout),
-        in_shardings=(self.state_shardings, data, partitioner.replicated),
-        out_shardings=(self.state_shardings, partitioner.replicated),
+        in_shardings=(self.state_shardings, data, rep),
+        out_shardings=(self.state_shardings, rep),
         donate_argnums=(0,))
+    self._gradient_step = jax.jit(
+        functools.partial(gradient_step, model, trainable,
+                          num_microbatches=num_microbatches, plan_dropout=plan_dropout),
+        in_shardings=(self.params_shardings, rep, data, rep),
+        out_shardings=(self.params_shardings, rep, rep))
+    self._update_step = jax.jit(functools.partial(update_step, optimizer),
+                                in_shardings=(self.state_shardings, self.params_shardings, rep),
+                                out_shardings=(self.state_shardings, rep),
+                                donate_argnums=(0,))
     self._eval_step = jax.jit(functools.partial(eval_step, model),
                               in_shardings=(self.params_shardings, data),
                               out_shardings=partitioner.replicated)
@@ -305,7 +346,37 @@ class Trainer:
                                                     self.partitioner.replicated)
                                for name in NONFINITE_FIELDS})
     with self.partitioner.activation_context():
-      return self._train_step(state, self.partitioner.shard_batch(batch), self.dropout_rng)
+      batch = self.partitioner.shard_batch(batch)
+      if not self.split_update:
+        return self._train_step(state, batch, self.dropout_rng)
+      if self._update_compiling is None:
+        lowered = self._lower_update()
+        self._update_compiling = threading.Thread(target=lowered.compile, daemon=True,
+                                                  name="t2t-compile-update")
+        self._update_compiling.start()
+      grads, loss, metrics = self._gradient_step(state.params, state.step, batch,
+                                                 self.dropout_rng)
+      self._update_compiling.join()
+      state, update_metrics = self._update_step(state, grads, loss)
+    return state, {**metrics, **update_metrics}
+
+  def _lower_update(self) -> Any:
+    """`update_step` lowered for this Trainer's state, whose shapes do not depend on the batch.
+
+    `step` compiles it on a second thread while the first `gradient_step` traces and compiles;
+    the compiled program lands in the jit's cache, so the call that follows finds it. The
+    values' shardings and the mesh context are part of that cache's key, hence both here.
+    """
+    rep = self.partitioner.replicated
+    placed = lambda a, sharding: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+    params = jax.tree.map(placed, self.params_abstract, self.params_shardings)
+    scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)
+    state = TrainState(step=scalar, params=params,
+                       opt_state=jax.tree.map(placed, self.opt_state_abstract,
+                                              self.opt_state_shardings),
+                       nonfinite_steps=scalar, first_nonfinite_step=scalar, nonfinite_what=scalar)
+    return self._update_step.lower(state, params,
+                                   jax.ShapeDtypeStruct((), jnp.float32, sharding=rep))
 
   def check_finite(self, step: int, state: TrainState,
                    counts: tuple[Any, Any, Any] | None = None) -> None:

@@ -34,7 +34,7 @@ def test_train_and_eval_compile_once_per_shape():
   state = trainer.init_state()
   for batch in itertools.islice(batches, 4):
     state, _ = trainer.step(state, batch)
-  assert trainer._train_step._cache_size() == 1
+  assert trainer._gradient_step._cache_size() == trainer._update_step._cache_size() == 1
 
   unpacked = seqio.EncDecFeatureConverter(pack=False)
   examples = []

@@ -120,7 +120,7 @@ def test_skip_goes_on_counts_and_reports_once_per_interval(trainers, monkeypatch
   assert "step 3, had a non-finite loss" in said[0]
   assert int(state.step) == 8 and int(state.nonfinite_steps) == 1
   # One compilation: a fresh state (numpy-int32 counters) is called like a stepped one.
-  assert tr._train_step._cache_size() == 1
+  assert tr._gradient_step._cache_size() == tr._update_step._cache_size() == 1
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(_host(state.params)))
 
 

@@ -80,6 +80,50 @@ def test_planned_dropout_masks_train_as_the_sites_own_and_gin_turns_them_off():
     gin.clear_config()
 
 
+def test_split_update_steps_as_the_fused_step_and_compiles_each_program_once(caplog):
+  model = toy.model()
+  converter = model.feature_converter_cls(pack=True)
+  shapes = {k: (BATCH, v) for k, v in converter.get_model_feature_lengths(toy.LENGTHS).items()}
+  states, metrics, compiles = {}, {}, {}
+  for split in (True, False):
+    tr = Trainer(model, optim.adafactor(learning_rate=0.05), Partitioner(), shapes,
+                 split_update=split)
+    batches = inputs.train_batches(toy.TASK, toy.LENGTHS, converter, BATCH, seed=0)
+    state, metrics[split] = tr.init_state(), []
+    caplog.clear()
+    previous = jax.config.jax_log_compiles
+    jax.config.update("jax_log_compiles", True)  # global: the update compiles on another thread
+    try:
+      with caplog.at_level("WARNING", logger="jax"):
+        for _ in range(3):
+          state, m = tr.step(state, next(batches))
+          metrics[split].append({k: float(v) for k, v in m.items()})
+    finally:
+      jax.config.update("jax_log_compiles", previous)
+    states[split] = jax.device_get(state)
+    compiles[split] = sorted(r.getMessage().split(" ")[4] for r in caplog.records
+                             if r.getMessage().startswith("Finished XLA compilation of jit(")
+                             and "_step)" in r.getMessage())
+  # Two programs compiled once each (the update on the second thread), against one.
+  assert compiles == {True: ["jit(gradient_step)", "jit(update_step)"],
+                      False: ["jit(train_step)"]}, compiles
+  # The loss's metrics are the same program's; the gradient norm's sum may run in another order.
+  for split_m, fused_m in zip(metrics[True], metrics[False]):
+    assert {k: v for k, v in split_m.items() if k != "grad_norm"} == \
+        {k: v for k, v in fused_m.items() if k != "grad_norm"}
+    np.testing.assert_allclose(split_m["grad_norm"], fused_m["grad_norm"], rtol=1e-6)
+  assert set(metrics[True][0]) == {"loss", "accuracy", "num_tokens", "grad_norm",
+                                   "nonfinite_steps"}
+  jax.tree.map(np.testing.assert_array_equal, states[True], states[False])
+  assert int(states[True].step) == 3
+  with gin.unlock_config():
+    gin.parse_config("Trainer.split_update = False")
+  try:
+    assert not Trainer(model, optim.adafactor(), Partitioner(), shapes).split_update
+  finally:
+    gin.clear_config()
+
+
 def test_run_writes_checkpoints_config_and_metrics(tmp_path):
   state = _run(tmp_path, 4)
   assert int(state.step) == 4

@@ -46,21 +46,30 @@ CATEGORIES = (
     ('layer norm', r'_norm'),
     ('embedding/logits', r'token_embedder|Embed|attend|logits'),
     ('loss', r'jvp\(\)|log_softmax|take_along_axis|cross_entropy'),
-    ('optimizer', r'^jit\(train_step\)/(?!.*(?:jvp|transpose|Transformer))'),
+    ('optimizer', r'^jit\((?:train|update)_step\)/(?!.*(?:jvp|transpose|Transformer))'),
 )
 _INSTR = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?metadata=\{([^}]*)\}')
 _FIELD = re.compile(r'(op_name)="([^"]*)"')
 
 
-def hlo_metadata(hlo_text: str) -> dict[str, str]:
-  """instruction name -> 'op_name source_file' for every instruction with metadata."""
+def hlo_metadata(hlo_text: str) -> dict[tuple[str, str], str]:
+  """(module name, instruction name) -> the JAX op name, for every instruction with metadata.
+
+  Keyed by module too: the step's two programs (`Trainer.split_update`) reuse instruction names.
+  """
   out = {}
+  module = re.match(r'\s*HloModule\s+([\w.\-]+)', hlo_text)
+  module = module.group(1) if module else ''
   for line in hlo_text.splitlines():
     m = _INSTR.match(line)
     if m:
       fields = dict(_FIELD.findall(m.group(2)))
-      out[m.group(1)] = fields.get('op_name', '')
+      out[module, m.group(1)] = fields.get('op_name', '')
   return out
+
+
+def _thunk(event: dict[str, Any]) -> tuple[str, str]:
+  return event.get('args', {}).get('hlo_module', ''), event['name']
 
 
 def categorise(meta: str | None) -> str:
@@ -99,7 +108,7 @@ def _leaf_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def breakdown(fn: Callable[[], Any], hlo_texts: Sequence[str], steps: int,
               trace_dir: str) -> dict[str, Any]:
   """Profiles `steps` calls of `fn` (already compiled) and sums thunk time by category."""
-  meta: dict[str, str] = {}
+  meta: dict[tuple[str, str], str] = {}
   for text in hlo_texts:
     meta.update(hlo_metadata(text))
   t0 = time.perf_counter()
@@ -111,10 +120,10 @@ def breakdown(fn: Callable[[], Any], hlo_texts: Sequence[str], steps: int,
   by_op: dict[str, float] = collections.defaultdict(float)
   by_thread: dict[Any, float] = collections.defaultdict(float)
   for e in _leaf_events([e for e in _trace_events(trace_dir)
-                         if e.get('ph') == 'X' and e['name'] in meta]):
+                         if e.get('ph') == 'X' and _thunk(e) in meta]):
     dur = e.get('dur', 0.0) / 1e6 / steps
-    by_cat[categorise(meta[e['name']])] += dur
-    by_op[e['name']] += dur
+    by_cat[categorise(meta[_thunk(e)])] += dur
+    by_op[_thunk(e)] += dur
     by_thread[e.get('tid')] += dur
   xla = sum(by_cat.values())
   busiest = max(by_thread.values(), default=0.0)
@@ -124,8 +133,9 @@ def breakdown(fn: Callable[[], Any], hlo_texts: Sequence[str], steps: int,
       outside_xla_s_per_call=max(0.0, wall - busiest),
       categories_s={k: by_cat[k] for k in sorted(by_cat, key=lambda k: -by_cat[k])},
       categories_share={k: by_cat[k] / xla for k in sorted(by_cat, key=lambda k: -by_cat[k])} if xla else {},
-      top_ops=[dict(name=n, s=s, category=categorise(meta.get(n)), meta=meta.get(n, '')[:160])
-               for n, s in top])
+      top_ops=[dict(name=f'{module}/{n}', s=s, category=categorise(meta.get((module, n))),
+                    meta=meta.get((module, n), '')[:160])
+               for (module, n), s in top])
 
 
 def _train_program(config, batch: int, enc_len: int, dec_len: int):
@@ -149,8 +159,16 @@ def _train_program(config, batch: int, enc_len: int, dec_len: int):
 
   step()  # compile
   with trainer.partitioner.activation_context():
-    text = trainer._train_step.lower(state[0], data, trainer.dropout_rng).compile().as_text()
-  return step, [text]
+    batch = trainer.partitioner.shard_batch(data)
+    if not trainer.split_update:
+      return step, [trainer._train_step.lower(state[0], batch, trainer.dropout_rng)
+                    .compile().as_text()]
+    # The step's two programs (Trainer.split_update): the gradient, then the optimizer update.
+    grads = trainer._gradient_step.lower(state[0].params, state[0].step, batch,
+                                         trainer.dropout_rng)
+    loss = jax.ShapeDtypeStruct((), jax.numpy.float32)
+    update = trainer._update_step.lower(state[0], trainer.params_abstract, loss)
+  return step, [grads.compile().as_text(), update.compile().as_text()]
 
 
 def _decode_program(config, batch: int, enc_len: int, gen_len: int, beams: int):

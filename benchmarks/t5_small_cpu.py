@@ -3,7 +3,7 @@
   python -m benchmarks.t5_small_cpu [all|train|decode] [--steps 5] [--warmup 2] [--beams 1]
       [--threads 2] [--peer PATH | --no-peer] [--allow-loaded] [--batch 8] [--enc-len 512]
       [--dec-len 114] [--gen-len 64] [--tiny] [--dropout RATE] [--dropout-prng IMPL] [--out PATH]
-      [--host-malloc auto|retain|system] [--peer-malloc system|retain]
+      [--host-malloc auto|retain|system] [--peer-malloc system|retain] [--fused-step]
 
 `all` (the default) measures the matmul roof, then the train step, greedy decoding and beam-4
 decoding, each against the peer, and prints ONE JSON line on stdout (keys in benchmarks/README.md,
@@ -13,8 +13,9 @@ checked by tests/benchmarks/) and a table with the ratios and the issue's target
 for training, 0 for decoding) behind a `seqio.PassThroughVocabulary`, so nothing is downloaded.
 
 What is timed, and how it lines up with the peer (`benchmarks/hf_t5_peer.py`, Hugging Face PyTorch T5):
-- train: `Trainer.step` (jitted `train_step`: loss, grads, AdaFactor update), synchronised every step
-  (the peer calls `loss.item()` every step). Tokens per step = batch * (enc_len + dec_len).
+- train: `Trainer.step` (loss and grads, then the AdaFactor update: two jitted programs, the update
+  compiled on a second thread, or one with `--fused-step`), synchronised every step (the peer
+  calls `loss.item()` every step). Tokens per step = batch * (enc_len + dec_len).
 - decode: `Predictor.predict` (jitted `predict_batch` with the KV cache) for `gen_len` new tokens,
   greedy (`--beams 1`) or beam search (alpha 0.6, the peer's length_penalty). EOS can never be chosen:
   its logit is set to -1e9 before every choice, which is what the peer's `min_new_tokens=gen_len`
@@ -178,8 +179,8 @@ def _summary(times: Sequence[float], tokens: int, flops: int) -> dict[str, Any]:
               model_tflops_median=flops / med / 1e12, model_tflops_best=flops / best / 1e12)
 
 
-def _train_setup(config: T5Config, batch: int, enc_len: int, dec_len: int
-                 ) -> tuple[Trainer, dict[str, np.ndarray]]:
+def _train_setup(config: T5Config, batch: int, enc_len: int, dec_len: int,
+                 split_update: bool = True) -> tuple[Trainer, dict[str, np.ndarray]]:
   """A Trainer for random tokens [batch, enc_len] -> [batch, dec_len] (all weighted), and the batch."""
   model = _model(config)
   rng = np.random.default_rng(0)
@@ -189,17 +190,19 @@ def _train_setup(config: T5Config, batch: int, enc_len: int, dec_len: int
               decoder_input_tokens=np.pad(targets[:, :-1], ((0, 0), (1, 0))),  # start id 0
               decoder_loss_weights=np.ones((batch, dec_len), np.float32))
   trainer = Trainer(model, adafactor_like_peer(), Partitioner(),
-                    {k: v.shape for k, v in data.items()})
+                    {k: v.shape for k, v in data.items()}, split_update=split_update)
   return trainer, data
 
 
 def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps: int,
-                warmup: int, dropout_prng: str | None = None) -> dict[str, Any]:
+                warmup: int, dropout_prng: str | None = None, split_update: bool = True
+                ) -> dict[str, Any]:
   """Times `Trainer.step` on random tokens [batch, enc_len] -> [batch, dec_len] (all weighted).
 
   `dropout_prng` None keeps the trainer's dropout key; else a key of that `jax.random` impl (A/B).
+  `split_update` False runs the step as one program instead of two (`Trainer.split_update`).
   """
-  trainer, data = _train_setup(config, batch, enc_len, dec_len)
+  trainer, data = _train_setup(config, batch, enc_len, dec_len, split_update)
   if dropout_prng is not None:
     trainer.dropout_rng = jax.random.key(1, impl=dropout_key_impl(dropout_prng, trainer.partitioner))
   state = trainer.init_state()
@@ -218,7 +221,8 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
   flops = model_flops(config, batch, enc_len, dec_len, 0)['train_step']
   return dict(**_summary(times, batch * (enc_len + dec_len), flops), compile_and_first_s=first,
               params=nparams, losses=losses, flops_per_step=flops, page_faults_per_step=faults,
-              dropout_prng=str(jax.random.key_impl(trainer.dropout_rng)))
+              dropout_prng=str(jax.random.key_impl(trainer.dropout_rng)),
+              split_update=trainer.split_update)
 
 
 def bench_compilation_cache(config: T5Config, batch: int, enc_len: int, dec_len: int
@@ -395,7 +399,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
         batch: int = 8, enc_len: int = 512, dec_len: int = 114, gen_len: int = 64,
         tiny: bool = False, dropout_rate: float | None = None, peer: Path | None = None,
         no_peer: bool = False, dropout_prng: str | None = None, precision: str = 'fp32',
-        peer_malloc: str = 'system') -> dict[str, Any]:
+        peer_malloc: str = 'system', fused_step: bool = False) -> dict[str, Any]:
   """Runs one benchmark (t2t, then the peer) and returns the result dict printed as JSON.
 
   `dropout_rate` None = the peer's (0.1 train, 0 decode); another value never runs the peer.
@@ -408,7 +412,8 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
   load_before = os.getloadavg()
   with machine.Section('t2t') as t2t_section:
     if mode == 'train':
-      ours = bench_train(config, batch, enc_len, dec_len, steps, warmup, dropout_prng)
+      ours = bench_train(config, batch, enc_len, dec_len, steps, warmup, dropout_prng,
+                         split_update=not fused_step)
       ours['compilation_cache'] = bench_compilation_cache(config, batch, enc_len, dec_len)
     else:
       ours = bench_decode(config, batch, enc_len, gen_len, beams, steps, warmup)
@@ -501,6 +506,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                   help="train/decode: default the peer's, 0.1 train / 0 decode; another skips the peer")
   ap.add_argument('--dropout-prng', default=None, choices=['threefry2x32', 'rbg', 'unsafe_rbg', 'philox4x32'],
                   help="train: the dropout key's PRNG (default: the trainer's), for A/B runs")
+  ap.add_argument('--fused-step', action='store_true',
+                  help='train: the step as one program (Trainer.split_update = False), for A/B')
   ap.add_argument('--precision', default='fp32', choices=sorted(PRECISIONS),
                   help='fp32 (default) or bf16: t2t with T5Config.matmul_dtype=bfloat16 (bf16 '
                        'operands, float32 accumulation) against the peer under torch.autocast bf16')
@@ -517,6 +524,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--out', type=Path, default=None, help='also write the JSON to this file')
   args = ap.parse_args(argv)
   try:
+    if args.fused_step and args.mode != 'train':
+      raise ValueError(f'--fused-step times the train step; it does nothing in mode {args.mode!r} '
+                       '(use: train --fused-step).')
     pin_threads(args.threads)
     quiet = machine.check_quiet(args.allow_loaded)
     if not args.no_peer and not args.tiny:
@@ -538,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       result = run_all(**common)
     else:
       result = run(args.mode, beams=args.beams, dropout_rate=args.dropout,
-                   dropout_prng=args.dropout_prng, **common)
+                   dropout_prng=args.dropout_prng, fused_step=args.fused_step, **common)
   except ValueError as e:
     sys.exit(f'benchmarks.t5_small_cpu: error: {e}')
   result['machine'] = dict(quiet, loaded=quiet['loaded_at_start'] or result['loaded'],

@@ -50,6 +50,7 @@ def test_train_tiny():
   # Random tokens over a 128-id vocabulary: the first loss is near ln(128) ~ 4.85.
   assert 3.0 < ours['losses'][0] < 8.0
   assert result['peer_error'] == 'disabled with --no-peer'
+  assert ours['split_update'] is True  # the Trainer's default: gradient and update programs
   # The persistent compilation cache: written by the first compile, read back by the second.
   cache = ours['compilation_cache']
   assert cache['cold_s'] > 0 and cache['warm_s'] > 0 and cache['warm_cache_hits'] >= 1
@@ -119,6 +120,11 @@ def test_loaded_machine_is_refused_unless_allowed(monkeypatch, capsys):
   assert machine.check_quiet(allow_loaded=True)['loaded_at_start'] is True
   with pytest.raises(SystemExit, match='--allow-loaded'):
     bench.main(['train', '--tiny', '--no-peer', '--threads', '1'])
+
+
+def test_fused_step_is_refused_outside_train():
+  with pytest.raises(SystemExit, match=r"--fused-step times the train step; .* mode 'decode'"):
+    bench.main(['decode', '--fused-step', '--tiny', '--no-peer'])
 
 
 def test_section_counts_other_processes_cores():

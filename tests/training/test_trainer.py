@@ -21,6 +21,16 @@ def _task():
   toy.register()
 
 
+def _bound_by_gin(name, model, shapes):
+  """The Trainer's `name` under the gin binding `Trainer.<name> = False`."""
+  with gin.unlock_config():
+    gin.parse_config(f"Trainer.{name} = False")
+  try:
+    return getattr(Trainer(model, optim.adafactor(), Partitioner(), shapes), name)
+  finally:
+    gin.clear_config()
+
+
 def _run(model_dir, steps, model=None, **kw):
   return train_lib.train(
       model=model or toy.model(), mixture_or_task_name=toy.TASK,
@@ -72,12 +82,7 @@ def test_planned_dropout_masks_train_as_the_sites_own_and_gin_turns_them_off():
       state, metrics = tr.step(state, next(batches))
       losses[plan].append(float(metrics["loss"]))
   assert losses[True] == losses[False], losses
-  with gin.unlock_config():
-    gin.parse_config("Trainer.plan_dropout = False")
-  try:
-    assert not Trainer(model, optim.adafactor(), Partitioner(), shapes).plan_dropout
-  finally:
-    gin.clear_config()
+  assert _bound_by_gin("plan_dropout", model, shapes) is False
 
 
 def test_split_update_steps_as_the_fused_step_and_compiles_each_program_once(caplog):
@@ -116,12 +121,7 @@ def test_split_update_steps_as_the_fused_step_and_compiles_each_program_once(cap
                                    "nonfinite_steps"}
   jax.tree.map(np.testing.assert_array_equal, states[True], states[False])
   assert int(states[True].step) == 3
-  with gin.unlock_config():
-    gin.parse_config("Trainer.split_update = False")
-  try:
-    assert not Trainer(model, optim.adafactor(), Partitioner(), shapes).split_update
-  finally:
-    gin.clear_config()
+  assert _bound_by_gin("split_update", model, shapes) is False
 
 
 def test_run_writes_checkpoints_config_and_metrics(tmp_path):

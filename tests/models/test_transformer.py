@@ -261,8 +261,8 @@ def test_bf16_matmuls_keep_the_parameters_and_stay_close_to_float32(tied):
     logits = m.apply({'params': p}, enc, dec, enable_dropout=False)
     return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - logits[..., 0])
 
-  l32, g32 = jax.value_and_grad(lambda p: loss(model, p))(params)
-  l16, g16 = jax.value_and_grad(lambda p: loss(mixed, p))(params)   # the float32 params, unchanged
+  l32, g32 = jax.jit(jax.value_and_grad(lambda p: loss(model, p)))(params)
+  l16, g16 = jax.jit(jax.value_and_grad(lambda p: loss(mixed, p)))(params)  # float32 params, unchanged
   np.testing.assert_allclose(l16, l32, rtol=1e-2)
   assert jax.tree.structure(g16) == jax.tree.structure(g32)
   # bf16 keeps ~3 significant digits (and flips a few ReLUs): the whole gradient within 5% of

@@ -74,14 +74,19 @@ def _uncached_greedy(module, params, enc, length):
 @pytest.fixture(scope='module', params=['v1_0', 'v1_1'])
 def memorised(request):
   """A tiny model trained to reproduce one batch: its rows end with EOS at different steps (row 1
-  two steps early), which exercises the early stop and the padding after EOS as well as the cache."""
+  two steps early), which exercises the early stop and the padding after EOS as well as the cache.
+
+  80 Adam steps at 3e-2 leave every target token ahead of the runner-up by > 5 logits. After 40
+  the v1.0 model's smallest margin was 3.4 with XLA's default LLVM level and -0.07 at -O0 (the
+  losses agree to 1e-6 at first, then the large steps amplify the rounding), so whether the
+  decodes matched the batch depended on compiler flags rather than on the code under test."""
   overrides = {} if request.param == 'v1_0' else {'feed_forward_proj': 'gated-gelu',
                                                   'tie_word_embeddings': False}
   module = Transformer(helpers.tiny_config(**overrides))
   batch = helpers.seq2seq_batch(seed=3, dec_len=9)
   model = EncoderDecoderModel(module, seqio.PassThroughVocabulary(48), seqio.PassThroughVocabulary(48))
   params = nn.unbox(helpers.init_variables(module, batch))['params']
-  params, _ = helpers.trained_params(model, params, batch, steps=40, learning_rate=3e-2)
+  params, _ = helpers.trained_params(model, params, batch, steps=80, learning_rate=3e-2)
   return module, params, batch
 
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from t2t import config, errors
 from t2t.data import objectives, registry
+from tests.support.environment import xla_flags_with
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 importlib.import_module("tasks")  # registers bbc_topic
@@ -236,7 +237,7 @@ def test_batch_not_divisible_by_the_mesh():
           "try:\n  Partitioner().check_batch_size(6)\n"
           "except ValueError as e:\n  assert errors.is_user_error(e)\n  print(e)\n")
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+         "XLA_FLAGS": xla_flags_with("--xla_force_host_platform_device_count=4")}
   out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
   assert out.returncode == 0, out.stderr[-2000:]

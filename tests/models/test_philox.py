@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from t2t.models import layers, philox
+from tests.support.environment import xla_flags_with
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -101,7 +102,7 @@ MESH_CASE = textwrap.dedent("""
 def test_masks_on_a_mesh_of_eight_equal_one_devices_with_jaxs_key():
   """JAX's own philox4x32 does not compile on this mesh (XLA cannot partition its mulhi); ours does,
   keeps the activation's sharding, and draws the one-device mask."""
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+  env = {**os.environ, "XLA_FLAGS": xla_flags_with("--xla_force_host_platform_device_count=8"),
          "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
   out = subprocess.run([sys.executable, "-c", MESH_CASE], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)

@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.support.environment import xla_flags_with
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = ["--gin.T5Config.d_model=32", "--gin.T5Config.d_ff=64", "--gin.T5Config.num_heads=2",
          "--gin.T5Config.d_kv=16", "--gin.T5Config.num_encoder_layers=1",
@@ -40,7 +42,7 @@ def start(entry, args, num_processes, devices_per_process, log_dir):
   """Starts `python -m t2t.<entry>` as `num_processes` joined processes; `finish` waits."""
   env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu",
          "PYTHONPATH": ROOT,
-         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}"}
+         "XLA_FLAGS": xla_flags_with(f"--xla_force_host_platform_device_count={devices_per_process}")}
   env.pop("T2T_TRACEBACK", None)
   port = free_port()
   procs, logs = [], []

@@ -13,6 +13,7 @@ from jax.sharding import PartitionSpec
 
 from t2t.training import adaptation, optim, partitioning
 from t2t.training.partitioning import Partitioner
+from tests.support.environment import xla_flags_with
 
 
 class _Mlp(nn.Module):
@@ -66,7 +67,7 @@ def test_eight_devices_split_data_and_model_axes():
       assert y.sharding.spec == jax.sharding.PartitionSpec("data", "model"), y.sharding
       print("OK")
   """)
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+  env = {**os.environ, "XLA_FLAGS": xla_flags_with("--xla_force_host_platform_device_count=8"),
          "JAX_PLATFORMS": "cpu"}
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,

@@ -18,6 +18,7 @@ from t2t.models.transformer import Transformer
 from t2t.training.partitioning import Partitioner
 from t2t.training.trainer import Trainer
 from tests.models import helpers
+from tests.support.environment import xla_flags_with
 from tests.training import toy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,7 +51,7 @@ def test_microbatches_give_the_big_batch_update():
 
 
 def test_trainer_on_eight_devices(tmp_path):
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+  env = {**os.environ, "XLA_FLAGS": xla_flags_with("--xla_force_host_platform_device_count=8"),
          "JAX_PLATFORMS": "cpu"}
   out = subprocess.run([sys.executable, "-m", "tests.training.sharded_cases", str(tmp_path)],
                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's demo: pre-train a small T5 on BBC span corruption, fine-tune it on bbc_topic,
-# and print validation accuracy. Offline; about 10 minutes on a 2-core CPU.
+# and print validation accuracy. Offline; about 7 minutes on a 2-core CPU (README, Quickstart).
 #   bash tools/demo.sh [WORKDIR]        (default: runs/bbc_demo; rerunning resumes)
 # Extra arguments after WORKDIR are passed to every step, e.g. --gin.SEED=1.
 set -euo pipefail

@@ -1,7 +1,8 @@
 """Where the time of a T5-small train step and of one decode goes: an XLA profile, broken down.
 
   python -m benchmarks.profile_t5_small {train|decode} [--steps 2] [--threads 2] [--beams 1]
-      [--tiny] [--dropout RATE] [--trace-dir DIR] [--hlo-dir DIR]
+      [--tiny] [--dropout RATE] [--precision fp32|bf16] [--host-malloc auto|retain|system]
+      [--trace-dir DIR] [--hlo-dir DIR]
 
 Runs the same programs as `benchmarks.t5_small_cpu` (one warm-up call, which compiles), then
 `--steps` calls under `jax.profiler.trace`. Every XLA CPU thunk in the trace is an HLO instruction
@@ -16,6 +17,12 @@ exceed the wall time when two thunks overlap), the wall time per call, and the
 time the busiest thread spent outside leaf thunks (`outside_xla_s_per_call` = wall - that thread's
 thunk time: an upper bound on Python, dispatch, host<->device copies, thunk-executor overhead
 between small thunks, and waiting for other threads). `--hlo-dir` also writes the optimized HLO text.
+
+The host malloc settings are the benchmark's (`--host-malloc`, default auto: t2t.train's, which
+retain freed memory on a CPU backend; t2t/training/host_memory.py) and the JSON's `host_malloc`
+says which were in effect: without them every call of a program with large temporaries also
+faults its pages in, which made an earlier profile put T5-small's encoder at 160-190 GFLOP/s where
+the benchmark's run reaches ~260 (benchmarks/README.md, greedy decoding).
 """
 from __future__ import annotations
 
@@ -34,6 +41,8 @@ from typing import Any, Callable, Sequence
 from benchmarks import t5_small_cpu as bench
 
 import jax  # noqa: E402  (t5_small_cpu sets the JAX/TF environment first)
+
+from t2t.training import host_memory  # noqa: E402
 
 # (category, regex on the JAX op name, which carries the Flax module path), first match wins.
 CATEGORIES = (
@@ -207,10 +216,14 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--dropout', type=float, default=None, help='default 0.1 train, 0 decode')
   ap.add_argument('--precision', default='fp32', choices=sorted(bench.PRECISIONS),
                   help='bf16: T5Config.matmul_dtype=bfloat16 (bf16 operands, float32 accumulation)')
+  ap.add_argument('--host-malloc', default='auto', choices=host_memory.MODES,
+                  help="as the benchmark's --host-malloc (default auto: retain freed memory on "
+                       'the CPU backend)')
   ap.add_argument('--trace-dir', default=None, help='keep the jax.profiler trace here')
   ap.add_argument('--hlo-dir', type=Path, default=None, help='write the optimized HLO here')
   args = ap.parse_args(argv)
   bench.pin_threads(args.threads)
+  host_memory.configure(args.host_malloc)  # before the first XLA program, as the benchmark
   dropout = args.dropout if args.dropout is not None else (0.1 if args.mode == 'train' else 0.0)
   config = bench.t5_small_config(dropout, args.tiny, args.precision)
   if args.mode == 'train':
@@ -224,7 +237,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   with tempfile.TemporaryDirectory() as tmp:
     result = breakdown(fn, texts, args.steps, args.trace_dir or tmp)
   result.update(mode=args.mode, beams=args.beams, dropout=dropout, tiny=args.tiny,
-                loadavg=os.getloadavg(), threads=args.threads,
+                loadavg=os.getloadavg(), threads=args.threads, precision=args.precision,
+                host_malloc=dict(mode=args.host_malloc,
+                                 retains_freed_memory=host_memory.applied()),
                 shapes=dict(batch=args.batch, enc_len=args.enc_len, dec_len=args.dec_len,
                             gen_len=args.gen_len))
   print(json.dumps(result))

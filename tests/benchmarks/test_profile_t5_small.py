@@ -1,0 +1,43 @@
+"""benchmarks/profile_t5_small.py: the breakdown of a real (tiny) decode, under the benchmark's
+host malloc settings, in a fresh process (the settings must precede the first XLA program)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import profile_t5_small as prof
+from t2t.training import host_memory
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_categorise_by_the_flax_module_path():
+  assert prof.categorise('jit(f)/Transformer.encode/encoder/layers_0/attention/query/dot') == \
+      'attention'
+  assert prof.categorise('jit(f)/Transformer.encode/encoder/layers_0/mlp/wi/dot') == 'ffn'
+  assert prof.categorise('jit(f)/Transformer.encode/encoder/layers_0/pre_mlp_layer_norm/mul') \
+      == 'layer norm'
+  assert prof.categorise(None) == 'other XLA'
+
+
+@pytest.mark.skipif(host_memory.glibc_version() is None, reason='host malloc settings need glibc')
+def test_decode_profile_runs_under_the_benchmarks_malloc_settings(tmp_path):
+  hlo_dir = tmp_path / 'hlo'
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  out = subprocess.run(
+      [sys.executable, '-m', 'benchmarks.profile_t5_small', 'decode', '--tiny', '--steps', '1',
+       '--batch', '2', '--enc-len', '16', '--gen-len', '4', '--threads', '1',
+       '--hlo-dir', str(hlo_dir)],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  assert result['host_malloc'] == dict(mode='auto', retains_freed_memory=True)
+  assert result['precision'] == 'fp32' and result['mode'] == 'decode'
+  # The thunks were found in the trace and attributed to the model's parts.
+  assert result['xla_thunk_s_per_call'] > 0
+  assert {'attention', 'ffn'} <= set(result['categories_s'])
+  assert abs(sum(result['categories_share'].values()) - 1.0) < 1e-6
+  assert 'while' in (hlo_dir / 'decode_0.hlo.txt').read_text()

@@ -29,7 +29,8 @@ which sizes XLA's CPU thread pool), TensorFlow gets one thread (it is only impor
 peer subprocess inherits the affinity and is passed `--threads`. The two run one after the other.
 t2t's side runs with the host malloc settings `t2t.train` applies on a CPU backend
 (`--host-malloc`, t2t/training/host_memory.py); the peer runs as a user starts it, or with the same
-settings as glibc tunables under `--peer-malloc retain`. The JSON's `host_malloc` says which.
+settings as glibc tunables under `--peer-malloc retain`. The JSON's `host_malloc` says which, and
+the `GLIBC_TUNABLES` t2t's own process was started with (`t2t_glibc_tunables`, None when unset).
 The machine's load is checked before anything runs (refused above the core count unless
 `--allow-loaded`) and every timed section records the cores other processes used meanwhile
 (`benchmarks/machine.py`); a figure from a loaded section is marked `loaded` in the JSON and table.
@@ -447,7 +448,8 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
   return dict(
       benchmark='t5_small_cpu', mode=mode, model='tiny' if tiny else 't5_1_0_small',
       precision=precision,
-      host_malloc=dict(t2t_retains_freed_memory=host_memory.applied(), peer=peer_malloc),
+      host_malloc=dict(t2t_retains_freed_memory=host_memory.applied(), peer=peer_malloc,
+                       t2t_glibc_tunables=os.environ.get('GLIBC_TUNABLES')),
       config=dict(dataclasses.asdict(config), dtype=str(config.dtype),
                   param_dtype=str(config.param_dtype), matmul_dtype=str(config.matmul_dtype)),
       shapes=shapes,

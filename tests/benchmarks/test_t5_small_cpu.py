@@ -36,7 +36,9 @@ def _check_common(result, mode, steps):
   return ours
 
 
-def test_train_tiny():
+def test_train_tiny(monkeypatch):
+  # Recorded, not applied: glibc reads its tunables when a process starts.
+  monkeypatch.setenv('GLIBC_TUNABLES', 'glibc.malloc.arena_max=3')
   # Dropout 0 halves the compile time of the tiny step (its RNG ops dominate at this size).
   result = bench.run('train', steps=2, warmup=1, batch=2, enc_len=16, dec_len=8, tiny=True,
                      dropout_rate=0.0, no_peer=True)
@@ -47,6 +49,7 @@ def test_train_tiny():
   assert len(ours['losses']) == 3 and all(math.isfinite(x) for x in ours['losses'])
   assert len(ours['page_faults_per_step']) == 3 and min(ours['page_faults_per_step']) >= 0
   assert result['host_malloc']['peer'] == 'system'
+  assert result['host_malloc']['t2t_glibc_tunables'] == 'glibc.malloc.arena_max=3'
   # Random tokens over a 128-id vocabulary: the first loss is near ln(128) ~ 4.85.
   assert 3.0 < ours['losses'][0] < 8.0
   assert result['peer_error'] == 'disabled with --no-peer'

@@ -213,7 +213,8 @@ class EncoderDecoderModel:
         proj = layers.DenseGeneral(features=tuple(kernel.shape[1:]),
                                    kernel_axes=('embed', 'heads', 'kv'), dtype=c.dtype,
                                    matmul_dtype=c.matmul_dtype)
-        flat[path] = proj.apply({'params': {'kernel': kernel}}, encoded).astype(shape.dtype)
+        projected = proj.apply({'params': {'kernel': kernel}}, encoded)
+        flat[path] = layers.encoder_cache_entry(path[-1], projected, c.matmul_dtype).astype(shape.dtype)
       elif path[-1] == 'encoder_valid':
         flat[path] = (enc_tokens > 0).astype(shape.dtype)
       elif path[-1] in ('cached_key', 'cached_value', 'cache_index', 'written'):

@@ -361,11 +361,13 @@ class MultiHeadAttention(nn.Module):
 
   Incremental decoding (`decode=True`, flax `cache` collection):
   - self-attention: the first call (cache absent) creates key/value caches sized by its inputs,
-    filled with their keys/values (prefill), and attends normally; later calls take one token [b, 1, embed], write its key/value at the cache
-    index and attend over the whole cache (the caller's `bias` masks the unwritten slots). The index
-    is a scalar, or a [b] vector when rows sit at different positions (decoder-only prefill).
-  - cross-attention (`cross_cache=True`): keys/values of the encoder output are projected once, on the
-    first call, and reused.
+    filled with their keys/values (prefill), and attends normally; later calls take one token
+    [b, 1, embed], write its key/value at the cache index and attend over the whole cache (the
+    caller's `bias` masks the unwritten slots). The index is a scalar, or a [b] vector when rows
+    sit at different positions (decoder-only prefill).
+  - cross-attention (`cross_cache=True`): keys/values of the encoder output are projected once, on
+    the first call, and reused, stored as keys [b, heads, kv, k] and values [b, heads, k, kv]
+    (`encoder_cache_entry`).
   """
   num_heads: int
   d_kv: int
@@ -392,33 +394,42 @@ class MultiHeadAttention(nn.Module):
     qkv_axes = ('batch', 'length', 'heads', 'kv')
     query = nn.with_logical_constraint(self._proj('query', self.q_init)(inputs_q), qkv_axes)
 
+    length = query.shape[1]
     if decode and cross_cache:
-      ready = self.has_variable('cache', 'cached_key')
-      if ready:
+      if self.has_variable('cache', 'cached_key'):
         key = self.get_variable('cache', 'cached_key')
         value = self.get_variable('cache', 'cached_value')
       else:
-        key = self._for_cache(self._proj('key', self.kv_init)(inputs_kv))
-        value = self._for_cache(self._proj('value', self.kv_init)(inputs_kv))
+        key = encoder_cache_entry('cached_key', self._proj('key', self.kv_init)(inputs_kv),
+                                  self.matmul_dtype)
+        value = encoder_cache_entry('cached_value', self._proj('value', self.kv_init)(inputs_kv),
+                                    self.matmul_dtype)
         self.put_variable('cache', 'cached_key', key)
         self.put_variable('cache', 'cached_value', value)
+      key = nn.with_logical_constraint(key, ('batch', 'heads', 'kv', 'length'))
+      value = nn.with_logical_constraint(value, ('batch', 'heads', 'length', 'kv'))
+      query = _query_rows_for_cpu_dot(jnp.swapaxes(query, 1, 2))
+      logits_spec, out_spec = 'bhqd,bhdk->bhqk', 'bhqk,bhkd->bhqd'
     else:
       key = self._proj('key', self.kv_init)(inputs_kv)
       value = self._proj('value', self.kv_init)(inputs_kv)
       if decode:
         key, value = self._update_self_cache(key, value)
-    key = nn.with_logical_constraint(key, qkv_axes)
-    value = nn.with_logical_constraint(value, qkv_axes)
+      key = nn.with_logical_constraint(key, qkv_axes)
+      value = nn.with_logical_constraint(value, qkv_axes)
+      logits_spec, out_spec = 'bqhd,bkhd->bhqk', 'bhqk,bkhd->bqhd'
 
     if self.matmul_dtype is None:
-      logits = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
+      logits = jnp.einsum(logits_spec, query, key, preferred_element_type=jnp.float32)
     else:
-      logits = matmul('bqhd,bkhd->bhqk', query, key, jnp.float32, self.matmul_dtype)
+      logits = matmul(logits_spec, query, key, jnp.float32, self.matmul_dtype)
     if bias is not None:
       logits = logits + jnp.asarray(bias, jnp.float32)
     weights = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
     weights = _dropout(weights, self.dropout_rate, enable_dropout)
-    out = matmul('bhqk,bkhd->bqhd', weights, value, self.dtype, self.matmul_dtype)
+    out = matmul(out_spec, weights, value, self.dtype, self.matmul_dtype)
+    if decode and cross_cache:
+      out = jnp.swapaxes(out[:, :, :length], 1, 2)
     out = nn.with_logical_constraint(out, qkv_axes)
     out = DenseGeneral(features=inputs_q.shape[-1], axis=(-2, -1), kernel_axes=('heads', 'kv', 'embed'),
                        kernel_init=self.out_init, dtype=self.dtype, param_dtype=self.param_dtype,
@@ -426,14 +437,8 @@ class MultiHeadAttention(nn.Module):
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
   def _for_cache(self, x: Array) -> Array:
-    """Keys/values as the cache stores them: in `matmul_dtype` when set, else unchanged.
-
-    Every read of the cache feeds a matmul that rounds its operands to `matmul_dtype` anyway, so
-    storing them rounded gives the same results while each decode step reads half the bytes (for
-    bfloat16) and converts nothing: at T5-small's 512 encoder positions, the encoder-decoder
-    keys/values are the largest thing a greedy step reads besides the weights.
-    """
-    return x if self.matmul_dtype is None else x.astype(self.matmul_dtype)
+    """Self-attention keys/values as the cache stores them (`_cache_dtype`)."""
+    return _cache_dtype(x, self.matmul_dtype)
 
   def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array]:
     """Creates the cache on the first call; afterwards writes one step and returns the full cache."""
@@ -461,6 +466,46 @@ class MultiHeadAttention(nn.Module):
         cached_value.value, value.astype(cached_value.value.dtype), start)
     index.value = index.value + 1
     return cached_key.value, cached_value.value
+
+
+def _cache_dtype(x: Array, matmul_dtype: DType | None) -> Array:
+  """Keys/values as a cache stores them: in `matmul_dtype` when set, else unchanged.
+
+  Every read of the cache feeds a matmul that rounds its operands to `matmul_dtype` anyway, so
+  storing them rounded gives the same results while each decode step reads half the bytes (for
+  bfloat16) and converts nothing: at T5-small's 512 encoder positions, the encoder-decoder
+  keys/values are the largest thing a greedy step reads besides the weights.
+  """
+  return x if matmul_dtype is None else x.astype(matmul_dtype)
+
+
+def encoder_cache_entry(name: str, projected: Array, matmul_dtype: DType | None) -> Array:
+  """An encoder-decoder attention cache entry from the encoder output projected by the layer.
+
+  `projected` [b, k, heads, kv] (the `key` or `value` DenseGeneral's output). 'cached_key' is
+  stored [b, heads, kv, k] and 'cached_value' [b, heads, k, kv]: each decode step's two matmuls
+  then read them as the row-major right-hand operand of a batched matmul (contracted dimension
+  first), the layout XLA:CPU hands to YNNPACK without a transpose (`_query_rows_for_cpu_dot`).
+  """
+  if name == 'cached_key':
+    return _cache_dtype(jnp.transpose(projected, (0, 2, 3, 1)), matmul_dtype)
+  if name == 'cached_value':
+    return _cache_dtype(jnp.transpose(projected, (0, 2, 1, 3)), matmul_dtype)
+  raise ValueError(f"An encoder-decoder attention cache holds 'cached_key' and 'cached_value', "
+                   f"not {name!r}.")
+
+
+def _query_rows_for_cpu_dot(query: Array) -> Array:
+  """query [b, heads, q, kv] as the encoder-decoder attention's matmuls take it: a single query
+  row (q = 1, every decode step) duplicated to [b, heads, 2, kv]; the caller drops the copy.
+
+  With one row, both matmuls over the cache are batched matrix-vector products, and XLA:CPU runs
+  a dot with a one-row operand in its own kernels, converting bf16 operands to float32 first
+  (for T5-small: 96 MB of converted keys/values read per token). With two rows XLA:CPU hands
+  the dots to YNNPACK's bf16 kernels, which read the cache as stored (`encoder_cache_entry`'s
+  layouts); the extra row costs nothing measurable there, nor elsewhere at these sizes.
+  """
+  return jnp.concatenate([query, query], axis=2) if query.shape[2] == 1 else query
 
 
 class MlpBlock(nn.Module):

@@ -141,6 +141,82 @@ def test_attention_mask_blocks_keys():
   np.testing.assert_allclose(out, out2, rtol=1e-5, atol=1e-5)
 
 
+
+def test_encoder_cache_entry_stores_keys_and_values_transposed_in_the_matmul_dtype():
+  x = jnp.arange(2 * 5 * 3 * 4, dtype=jnp.float32).reshape(2, 5, 3, 4) / 7   # [b, k, heads, kv]
+  key = layers.encoder_cache_entry('cached_key', x, jnp.bfloat16)
+  value = layers.encoder_cache_entry('cached_value', x, None)
+  assert key.shape == (2, 3, 4, 5) and key.dtype == jnp.bfloat16
+  assert value.shape == (2, 3, 5, 4) and value.dtype == jnp.float32
+  np.testing.assert_array_equal(key[1, 2, 3, 4], x[1, 4, 2, 3].astype(jnp.bfloat16))
+  np.testing.assert_array_equal(value[1, 2, 4, 3], x[1, 4, 2, 3])
+  with pytest.raises(ValueError, match="'cache_index'"):
+    layers.encoder_cache_entry('cache_index', x, None)
+
+
+def _attention_with_caches(matmul_dtype, q_len, k_len):
+  """(uncached outputs [b, q_len, d], outputs of decode steps over both caches, one query each)."""
+  rng = np.random.default_rng(3)
+  b, d = 2, 16
+  xq = jnp.asarray(rng.normal(size=(b, q_len, d)), jnp.float32)
+  xk = jnp.asarray(rng.normal(size=(b, k_len, d)), jnp.float32)
+  attn = layers.MultiHeadAttention(num_heads=2, d_kv=8, matmul_dtype=matmul_dtype)
+  params = nn.unbox(attn.init(jax.random.PRNGKey(0), xq, xk, None))['params']
+  causal = layers.mask_to_bias(jnp.tril(jnp.ones((q_len, q_len), bool))[None, None])
+  full_self = attn.apply({'params': params}, xq, xq, causal, enable_dropout=False)
+  full_cross = attn.apply({'params': params}, xq, xk, None, enable_dropout=False)
+
+  # Self-attention: the sizing call writes the cache, then one token per call.
+  _, cache = attn.apply({'params': params}, jnp.zeros_like(xq), jnp.zeros_like(xq), None,
+                        enable_dropout=False, decode=True, mutable=['cache'])
+  cache = jax.tree.map(jnp.zeros_like, cache)
+  steps_self, steps_cross = [], []
+  for t in range(q_len):
+    written = layers.mask_to_bias((jnp.arange(q_len) <= t)[None, None, None, :])
+    out, cache = attn.apply({'params': params, **cache}, xq[:, t:t + 1], xq[:, t:t + 1], written,
+                            enable_dropout=False, decode=True, mutable=['cache'])
+    steps_self.append(out)
+  cross = {}
+  for t in range(q_len):
+    out, cross = attn.apply({'params': params, **cross}, xq[:, t:t + 1], xk, None,
+                            enable_dropout=False, decode=True, cross_cache=True, mutable=['cache'])
+    steps_cross.append(out)
+  assert cross['cache']['cached_key'].shape == (b, 2, 8, k_len)
+  assert cross['cache']['cached_value'].shape == (b, 2, k_len, 8)
+  return (full_self, jnp.concatenate(steps_self, 1)), (full_cross, jnp.concatenate(steps_cross, 1))
+
+
+@pytest.mark.parametrize('matmul_dtype', [None, jnp.bfloat16])
+def test_decode_steps_over_the_caches_give_the_uncached_attention(matmul_dtype):
+  """One query at a time over the self-attention cache and over the transposed encoder cache
+  (`encoder_cache_entry`, the duplicated query row of `_query_rows_for_cpu_dot`) equals attention
+  over the whole sequence at once."""
+  (full_self, steps_self), (full_cross, steps_cross) = _attention_with_caches(matmul_dtype, 5, 9)
+  tol = 1e-5 if matmul_dtype is None else 2e-2
+  np.testing.assert_allclose(steps_self, full_self, rtol=tol, atol=tol)
+  np.testing.assert_allclose(steps_cross, full_cross, rtol=tol, atol=tol)
+
+
+def test_a_bf16_decode_step_reads_the_encoder_cache_without_converting_it():
+  """XLA:CPU converts a bf16 dot's operands to float32 when one of them is a single row; the
+  decode step's two rows keep the cached keys/values in bf16 (no float32 array of their size)."""
+  b, heads, d_kv, k_len, d = 2, 4, 64, 256, 128
+  attn = layers.MultiHeadAttention(num_heads=heads, d_kv=d_kv, matmul_dtype=jnp.bfloat16)
+  xq = jnp.ones((b, 1, d), jnp.float32)
+  xk = jnp.ones((b, k_len, d), jnp.float32)
+  params = nn.unbox(attn.init(jax.random.PRNGKey(0), xq, xk, None))['params']
+  _, cache = attn.apply({'params': params}, xq, xk, None, enable_dropout=False, decode=True,
+                        cross_cache=True, mutable=['cache'])
+
+  def step(params, cache, xq):
+    return attn.apply({'params': params, **cache}, xq, xk, None, enable_dropout=False,
+                      decode=True, cross_cache=True)
+
+  hlo = jax.jit(step).lower(params, cache, xq).compile().as_text()
+  assert f'bf16[{b},{heads},{d_kv},{k_len}]' in hlo
+  for shape in ((b, heads, d_kv, k_len), (b, heads, k_len, d_kv), (b, k_len, heads, d_kv)):
+    assert f'f32[{",".join(map(str, shape))}]' not in hlo, shape
+
 @pytest.mark.parametrize('activations,names', [(('relu',), ['wi', 'wo']),
                                                (('gelu', 'linear'), ['wi_0', 'wi_1', 'wo'])])
 def test_mlp_block(activations, names):

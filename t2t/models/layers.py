@@ -367,7 +367,8 @@ class MultiHeadAttention(nn.Module):
     sit at different positions (decoder-only prefill).
   - cross-attention (`cross_cache=True`): keys/values of the encoder output are projected once, on
     the first call, and reused, stored as keys [b, heads, kv, k] and values [b, heads, k, kv]
-    (`encoder_cache_entry`).
+    (`encoder_cache_entry`). The queries may come in [b * beams] rows, `beams` consecutive rows
+    per cache row (beam search over `api.split_encoder_side`'s cache): they attend to that row.
   """
   num_heads: int
   d_kv: int
@@ -408,7 +409,16 @@ class MultiHeadAttention(nn.Module):
         self.put_variable('cache', 'cached_value', value)
       key = nn.with_logical_constraint(key, ('batch', 'heads', 'kv', 'length'))
       value = nn.with_logical_constraint(value, ('batch', 'heads', 'length', 'kv'))
+      # `beams` consecutive query rows may share one cache row (beam search, api.split_encoder_side):
+      # they become that row's query positions, [rows, heads, beams * q, kv].
+      rows = key.shape[0]
+      beams = query.shape[0] // rows
+      query = query.reshape(rows, beams * length, *query.shape[2:])
       query = _query_rows_for_cpu_dot(jnp.swapaxes(query, 1, 2))
+      if bias is not None and beams > 1 and jnp.shape(bias)[0] > 1:
+        bias = jnp.asarray(bias)
+        bias = bias.reshape(rows, beams, *bias.shape[1:]).transpose(0, 2, 1, 3, 4)
+        bias = bias.reshape(rows, bias.shape[1], beams * length, bias.shape[-1])
       logits_spec, out_spec = 'bhqd,bhdk->bhqk', 'bhqk,bhkd->bhqd'
     else:
       key = self._proj('key', self.kv_init)(inputs_kv)
@@ -429,7 +439,8 @@ class MultiHeadAttention(nn.Module):
     weights = _dropout(weights, self.dropout_rate, enable_dropout)
     out = matmul(out_spec, weights, value, self.dtype, self.matmul_dtype)
     if decode and cross_cache:
-      out = jnp.swapaxes(out[:, :, :length], 1, 2)
+      out = jnp.swapaxes(out[:, :, :beams * length], 1, 2)
+      out = out.reshape(rows * beams, length, *out.shape[2:])
     out = nn.with_logical_constraint(out, qkv_axes)
     out = DenseGeneral(features=inputs_q.shape[-1], axis=(-2, -1), kernel_axes=('heads', 'kv', 'embed'),
                        kernel_init=self.out_init, dtype=self.dtype, param_dtype=self.param_dtype,
@@ -497,7 +508,8 @@ def encoder_cache_entry(name: str, projected: Array, matmul_dtype: DType | None)
 
 def _query_rows_for_cpu_dot(query: Array) -> Array:
   """query [b, heads, q, kv] as the encoder-decoder attention's matmuls take it: a single query
-  row (q = 1, every decode step) duplicated to [b, heads, 2, kv]; the caller drops the copy.
+  row (q = 1: a greedy decode step; beam search has one row per beam) duplicated to
+  [b, heads, 2, kv]; the caller drops the copy.
 
   With one row, both matmuls over the cache are batched matrix-vector products, and XLA:CPU runs
   a dot with a one-row operand in its own kernels, converting bf16 operands to float32 first

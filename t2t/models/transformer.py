@@ -436,9 +436,12 @@ class Decoder(nn.Module):
       self.put_variable('cache', 'cache_index', index + 1)
       self.put_variable('cache', 'written', written)
       # The encoder side (keys/values and validity) comes from the cache, so a decoding strategy may
-      # expand or reorder the cache's batch (beams) without touching `encoded`.
+      # expand or reorder the cache's batch (beams) without touching `encoded`. It may also keep
+      # one encoder row per `beams` consecutive decoder rows (api.split_encoder_side).
+      encoder_valid = self.get_variable('cache', 'encoder_valid')
+      beams = tokens.shape[0] // encoder_valid.shape[0]
       cross_mask = layers.make_attention_mask(jnp.ones(tokens.shape, bool),
-                                              self.get_variable('cache', 'encoder_valid'))
+                                              jnp.repeat(encoder_valid, beams, axis=0))
     else:
       if decode:  # first call in decode mode: the layers size their caches to this length.
         if c.num_decoder_layers < 1:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import seqio
 
-from t2t.models import api
+from t2t.models import api, decoding
 from t2t.models.transformer import Transformer
 from tests.models import helpers
 
@@ -225,3 +225,47 @@ def test_initial_cache_equals_the_full_length_decoder_pass(setup, matmul_dtype):
     if 'encoder_decoder_attention' in names or 'self_attention' not in names:
       np.testing.assert_allclose(np.asarray(mine, np.float32), np.asarray(leaf, np.float32), rtol=1e-6,
                                  atol=1e-6, err_msg=names)
+
+
+@pytest.mark.parametrize('matmul_dtype', [None, 'bfloat16'])
+def test_beam_search_shares_the_encoder_side_across_beams(matmul_dtype):
+  """predict_batch keeps the encoder keys/values and validity out of the cache the decoding
+  strategy carries (`split_encoder_side`), so beam search neither repeats nor reorders them; the
+  beams of a row attend to its one copy and decode exactly what they decode with the encoder side
+  repeated per beam like every other cache leaf."""
+  model = _model(matmul_dtype=matmul_dtype)
+  variables = jax.jit(lambda r: model.get_initial_variables(r, SHAPES))(jax.random.PRNGKey(1))
+  params = nn.unbox(variables)['params']
+  enc = helpers.seq2seq_batch()['encoder_input_tokens']
+  length, beams = 5, 3
+  seen = {}
+
+  def recording_beam_search(tokens_to_logits, cache, batch_size, max_decode_length, *, rng=None):
+    seen['paths'] = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(cache)]
+    seqs, seen['scores'] = decoding.beam_search_with_scores(
+        tokens_to_logits, cache, batch_size, max_decode_length, beam_size=beams)
+    return seqs
+
+  shared = api.EncoderDecoderModel(model.module, model.input_vocabulary, model.output_vocabulary,
+                                   decode_fn=recording_beam_search)
+  seqs = shared.predict_batch(params, {'encoder_input_tokens': enc}, max_decode_length=length)
+  assert seen['paths'] and not [p for p in seen['paths']
+                                if 'encoder_valid' in p or 'encoder_decoder_attention' in p]
+
+  # The reference: every cache leaf, the encoder side included, repeated per beam.
+  module = model.module
+  encoded = module.apply({'params': params}, enc, enable_dropout=False, method=Transformer.encode)
+
+  def run_decoder(tokens, cache):
+    logits, new_vars = module.apply({'params': params, **({} if cache is None else {'cache': cache})},
+                                    encoded, enc, tokens, enable_dropout=False, decode=True,
+                                    mutable=['cache'], method=Transformer.decode)
+    return logits, new_vars['cache']
+
+  full = model._initial_cache(module, params, encoded, enc, length,
+                              lambda tokens: run_decoder(tokens, None)[1])
+  ref_seqs, ref_scores = decoding.beam_search_with_scores(
+      lambda tokens, cache: (lambda lc: (lc[0][:, -1, :], lc[1]))(run_decoder(tokens, cache)),
+      full, enc.shape[0], length, beam_size=beams)
+  np.testing.assert_array_equal(seqs, ref_seqs)
+  np.testing.assert_allclose(seen['scores'], ref_scores, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,6 @@
 """t2t.logs: a quiet CLI. Library chatter is recognised and dropped; t2t's lines stay; T2T_VERBOSE
-brings the libraries back. The subprocess runs are shared with tests/test_no_code_execution.py."""
+brings the libraries back. The t2t.train runs are tests/test_no_code_execution.py's, made once per
+test session."""
 import pytest
 
 from t2t import logs
@@ -8,8 +9,8 @@ from tests import test_no_code_execution
 
 
 @pytest.fixture
-def two_runs():
-  return test_no_code_execution.shared_runs()  # the t2t.train runs, made once per process
+def two_runs(tmp_path_factory):
+  return test_no_code_execution.shared_runs(tmp_path_factory)  # made once per test session
 
 # Lines captured from `python -m t2t.train` before t2t.logs existed.
 NOISE_LINES = [

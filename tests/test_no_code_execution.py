@@ -10,15 +10,12 @@
 Every payload would create a marker file; the tests assert that the marker does not exist.
 """
 import ast
-import atexit
-import functools
+import json
 import os
 import pathlib
 import pickle
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -162,42 +159,55 @@ def _train(model_dir, steps, env):
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-@functools.lru_cache(maxsize=None)
-def shared_runs():
+def _completed(record):
+  return subprocess.CompletedProcess(record["args"], record["returncode"], record["stdout"],
+                                     record["stderr"])
+
+
+def shared_runs(tmp_path_factory):
   """A 1-step quiet run, payload gin files planted in its MODEL_DIR, then a verbose resume to 2.
 
-  Run once per pytest process and shared with tests/test_logs.py (a t2t.train run costs ~20 s):
-  (first, second, model_dir, marker, env).
+  Made once per test session and shared with tests/test_logs.py (a t2t.train run costs ~20 s of
+  CPU): the first xdist worker to ask makes the runs under a file lock in the directory that all
+  workers' temporary directories share, and records their outputs there; the other worker, or a
+  later call, reads them back. Nothing is removed at exit (pytest keeps the last three sessions'
+  temporary directories), so a worker that finishes early cannot take the runs from the other.
+  Returns (first, second, model_dir, marker, env).
   """
-  tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="t2t_resume_"))
-  atexit.register(shutil.rmtree, tmp_path, ignore_errors=True)
-  marker = tmp_path / "PWNED"
-  plugins = tmp_path / "plugins"
-  plugins.mkdir()
-  (plugins / "t2t_payload.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+  from filelock import FileLock  # in the test extras (tests/conftest.py's compilation cache)
+  base = tmp_path_factory.getbasetemp()
+  shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "resume_runs"
+  marker, plugins, model_dir = shared / "PWNED", shared / "plugins", shared / "run"
   env = {**os.environ, "JAX_PLATFORMS": "cpu",
          "PYTHONPATH": os.pathsep.join([str(ROOT), str(plugins)])}
   for key in ("T2T_TRACEBACK", "T2T_VERBOSE", "TF_CPP_MIN_LOG_LEVEL"):
     env.pop(key, None)
-  model_dir = tmp_path / "run"
-  first = _train(model_dir, 1, env)
-  assert first.returncode == 0, first.stderr[-3000:]
-  assert (model_dir / "config.gin").is_file()
-  # A gin file that imports the payload, where t2t writes its record and where a user's gin
-  # directories would be.
-  evil = "import t2t_payload\nTRAIN_STEPS = 1000\n"
-  for rel in ("config.gin", "runs/pretrain.gin", "gin/runs/pretrain.gin",
-              "experiments/bbc_demo/pretrain.gin", "operative_config.gin"):
-    (model_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-    (model_dir / rel).write_text(evil)
-  second = _train(model_dir, 2, {**env, "T2T_VERBOSE": "1"})
-  assert second.returncode == 0, second.stderr[-3000:]
+  record = shared / "runs.json"
+  with FileLock(f"{shared}.lock"):
+    if not record.exists():
+      plugins.mkdir(parents=True, exist_ok=True)
+      (plugins / "t2t_payload.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+      first = _train(model_dir, 1, env)
+      assert first.returncode == 0, first.stderr[-3000:]
+      assert (model_dir / "config.gin").is_file()
+      # A gin file that imports the payload, where t2t writes its record and where a user's gin
+      # directories would be.
+      evil = "import t2t_payload\nTRAIN_STEPS = 1000\n"
+      for rel in ("config.gin", "runs/pretrain.gin", "gin/runs/pretrain.gin",
+                  "experiments/bbc_demo/pretrain.gin", "operative_config.gin"):
+        (model_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (model_dir / rel).write_text(evil)
+      second = _train(model_dir, 2, {**env, "T2T_VERBOSE": "1"})
+      assert second.returncode == 0, second.stderr[-3000:]
+      record.write_text(json.dumps([dict(args=r.args, returncode=r.returncode, stdout=r.stdout,
+                                         stderr=r.stderr) for r in (first, second)]))
+  first, second = (_completed(r) for r in json.loads(record.read_text()))
   return first, second, model_dir, marker, env
 
 
 @pytest.fixture
-def two_runs():
-  return shared_runs()
+def two_runs(tmp_path_factory):
+  return shared_runs(tmp_path_factory)
 
 
 def test_resume_never_reads_gin_files_from_model_dir(two_runs):

@@ -114,5 +114,7 @@ def table(result: dict[str, Any]) -> str:
   else:
     name = result['mode'] + (f' beams={result["shapes"].get("beams")}' if result['mode'] == 'decode'
                              else '')
+    if result['t2t'].get('model_parallel', 1) > 1:
+      name += f', t2t model-parallel {result["t2t"]["model_parallel"]}'
     lines += _rows(name, result, None)
   return '\n'.join(lines)

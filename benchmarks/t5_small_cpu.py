@@ -4,6 +4,7 @@
       [--threads 2] [--peer PATH | --no-peer] [--allow-loaded] [--batch 8] [--enc-len 512]
       [--dec-len 114] [--gen-len 64] [--tiny] [--dropout RATE] [--dropout-prng IMPL] [--out PATH]
       [--host-malloc auto|retain|system] [--peer-malloc system|retain] [--fused-step]
+      [--model-parallel N]
 
 `all` (the default) measures the matmul roof, then the train step, greedy decoding and beam-4
 decoding, each against the peer, and prints ONE JSON line on stdout (keys in benchmarks/README.md,
@@ -20,6 +21,10 @@ What is timed, and how it lines up with the peer (`benchmarks/hf_t5_peer.py`, Hu
   greedy (`--beams 1`) or beam search (alpha 0.6, the peer's length_penalty). EOS can never be chosen:
   its logit is set to -1e9 before every choice, which is what the peer's `min_new_tokens=gen_len`
   does, so both decode exactly `gen_len` tokens per row. Tokens = batch * gen_len.
+  `--model-parallel N` (decode only) splits the CPU into N JAX devices (`jax_num_cpu_devices`) and
+  decodes with `Partitioner(num_partitions=N)`: heads, FFN and vocabulary split N ways, as
+  `XLA_FLAGS=--xla_force_host_platform_device_count=N python -m t2t.infer
+  --gin.Partitioner.num_partitions=N` does; each device runs its share on its own thread.
 Model TFLOP/s use model (not hardware) FLOPs: matmuls only, 2 per multiply-add, attention at full size,
 training = 3 x forward; the formula is `benchmarks/t5_small_flops.py`, re-derived here with the
 shapes and sizes as parameters (`model_flops`), equal to it at the default shapes.
@@ -282,20 +287,29 @@ def _no_eos(decode_fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
 
 
 def bench_decode(config: T5Config, batch: int, enc_len: int, gen_len: int, beams: int, steps: int,
-                 warmup: int) -> dict[str, Any]:
-  """Times `Predictor.predict` of `gen_len` tokens for random inputs [batch, enc_len]."""
+                 warmup: int, model_parallel: int = 1) -> dict[str, Any]:
+  """Times `Predictor.predict` of `gen_len` tokens for random inputs [batch, enc_len].
+
+  `model_parallel` > 1: the parameters are split over that many devices by the Partitioner's
+  rules (the process must have them: `use_cpu_devices`).
+  """
   if beams < 1:
     raise ValueError(f'--beams must be >= 1, got {beams}.')
+  partitioner = Partitioner(num_partitions=model_parallel)
   strategy = (decoding.greedy_decode if beams == 1 else
               functools.partial(decoding.beam_search, beam_size=beams, alpha=LENGTH_PENALTY))
   model = _model(config, decode_fn=_no_eos(strategy))
   rng = np.random.default_rng(0)
   inputs = _tokens(rng, (batch, enc_len), config.vocab_size)
   shapes = dict(encoder_input_tokens=(batch, enc_len), decoder_input_tokens=(batch, gen_len))
-  init = jax.jit(lambda key: nn.unbox(model.get_initial_variables(key, shapes)['params']))
-  params = init(jax.random.PRNGKey(0))
+  with partitioner.activation_context():
+    boxed = jax.eval_shape(lambda key: model.get_initial_variables(key, shapes)['params'],
+                           jax.random.PRNGKey(0))
+    init = jax.jit(lambda key: nn.unbox(model.get_initial_variables(key, shapes)['params']),
+                   out_shardings=partitioner.shardings_for(boxed))
+    params = init(jax.random.PRNGKey(0))
   nparams = sum(int(x.size) for x in jax.tree.leaves(params))
-  predictor = Predictor(model, params, Partitioner(), batch, max_decode_length=gen_len)
+  predictor = Predictor(model, params, partitioner, batch, max_decode_length=gen_len)
   examples = [dict(encoder_input_tokens=row) for row in inputs]
   first, times, outs = _timed(lambda: predictor.predict(examples), warmup, steps)
   out = np.stack(outs[-1])
@@ -303,7 +317,23 @@ def bench_decode(config: T5Config, batch: int, enc_len: int, gen_len: int, beams
     raise RuntimeError(f'Decoding did not produce {gen_len} EOS-free tokens per row: {out.shape}.')
   flops = model_flops(config, batch, enc_len, 0, gen_len, beams)['decode']
   return dict(**_summary(times, batch * gen_len, flops), compile_and_first_s=first,
-              params=nparams, gen_new_tokens=int(out.shape[1]), flops_per_step=flops)
+              params=nparams, gen_new_tokens=int(out.shape[1]), flops_per_step=flops,
+              model_parallel=model_parallel, devices=len(partitioner.mesh.devices.flat))
+
+
+def use_cpu_devices(model_parallel: int, threads: int, mode: str) -> None:
+  """Makes JAX split the CPU into `model_parallel` devices; call before the backend starts."""
+  if model_parallel < 1:
+    raise ValueError(f'--model-parallel must be >= 1, got {model_parallel}.')
+  if model_parallel == 1:
+    return
+  if mode != 'decode':
+    raise ValueError(f'--model-parallel splits decoding only; mode {mode!r} would time another '
+                     'layout (use: decode --model-parallel N).')
+  if model_parallel > threads:
+    raise ValueError(f'--model-parallel {model_parallel} asks for more devices than the '
+                     f'{threads} threads (--threads); each device needs a core of its own.')
+  jax.config.update('jax_num_cpu_devices', model_parallel)
 
 
 def default_peer_path() -> Path:
@@ -400,7 +430,8 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
         batch: int = 8, enc_len: int = 512, dec_len: int = 114, gen_len: int = 64,
         tiny: bool = False, dropout_rate: float | None = None, peer: Path | None = None,
         no_peer: bool = False, dropout_prng: str | None = None, precision: str = 'fp32',
-        peer_malloc: str = 'system', fused_step: bool = False) -> dict[str, Any]:
+        peer_malloc: str = 'system', fused_step: bool = False,
+        model_parallel: int = 1) -> dict[str, Any]:
   """Runs one benchmark (t2t, then the peer) and returns the result dict printed as JSON.
 
   `dropout_rate` None = the peer's (0.1 train, 0 decode); another value never runs the peer.
@@ -417,7 +448,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
                          split_update=not fused_step)
       ours['compilation_cache'] = bench_compilation_cache(config, batch, enc_len, dec_len)
     else:
-      ours = bench_decode(config, batch, enc_len, gen_len, beams, steps, warmup)
+      ours = bench_decode(config, batch, enc_len, gen_len, beams, steps, warmup, model_parallel)
   load_mid = os.getloadavg()
 
   # Only the lengths a mode uses: train has no generated tokens, decode no teacher-forced targets.
@@ -519,6 +550,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--peer-malloc', default='system', choices=['system', 'retain'],
                   help='system (default): the peer as a user runs it; retain: the peer with the '
                        'same malloc settings, as glibc tunables')
+  ap.add_argument('--model-parallel', type=int, default=1,
+                  help='decode: split the CPU into N devices and the model N ways (at most '
+                       '--threads)')
   ap.add_argument('--peer', type=Path, default=None, help=f'default: {default_peer_path()}')
   ap.add_argument('--no-peer', action='store_true')
   ap.add_argument('--allow-loaded', action='store_true',
@@ -530,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       raise ValueError(f'--fused-step times the train step; it does nothing in mode {args.mode!r} '
                        '(use: train --fused-step).')
     pin_threads(args.threads)
+    use_cpu_devices(args.model_parallel, args.threads, args.mode)
     quiet = machine.check_quiet(args.allow_loaded)
     if not args.no_peer and not args.tiny:
       why = peer_unavailable(args.peer or default_peer_path())
@@ -550,7 +585,8 @@ def main(argv: Sequence[str] | None = None) -> None:
       result = run_all(**common)
     else:
       result = run(args.mode, beams=args.beams, dropout_rate=args.dropout,
-                   dropout_prng=args.dropout_prng, fused_step=args.fused_step, **common)
+                   dropout_prng=args.dropout_prng, fused_step=args.fused_step,
+                   model_parallel=args.model_parallel, **common)
   except ValueError as e:
     sys.exit(f'benchmarks.t5_small_cpu: error: {e}')
   result['machine'] = dict(quiet, loaded=quiet['loaded_at_start'] or result['loaded'],

@@ -2,6 +2,9 @@
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,6 +131,32 @@ def test_loaded_machine_is_refused_unless_allowed(monkeypatch, capsys):
 def test_fused_step_is_refused_outside_train():
   with pytest.raises(SystemExit, match=r"--fused-step times the train step; .* mode 'decode'"):
     bench.main(['decode', '--fused-step', '--tiny', '--no-peer'])
+
+
+def test_model_parallel_is_refused_outside_decode_and_beyond_the_threads():
+  with pytest.raises(SystemExit, match=r"--model-parallel splits decoding only; mode 'train'"):
+    bench.main(['train', '--model-parallel', '2', '--tiny', '--no-peer', '--threads', '1'])
+  with pytest.raises(SystemExit, match=r'--model-parallel 2 asks for more devices than the 1 thr'):
+    bench.main(['decode', '--model-parallel', '2', '--tiny', '--no-peer', '--threads', '1'])
+  with pytest.raises(SystemExit, match='--model-parallel must be >= 1'):
+    bench.main(['decode', '--model-parallel', '0', '--tiny', '--no-peer', '--threads', '1'])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason='needs 2 cores for 2 devices')
+def test_decode_with_the_model_split_over_two_cpu_devices():
+  # A process of its own: the device count is fixed when JAX's backend starts.
+  out = subprocess.run(
+      [sys.executable, '-m', 'benchmarks.t5_small_cpu', 'decode', '--tiny', '--no-peer',
+       '--model-parallel', '2', '--threads', '2', '--steps', '1', '--warmup', '1', '--batch', '2',
+       '--enc-len', '16', '--gen-len', '4', '--allow-loaded'],
+      cwd=Path(bench.__file__).resolve().parent.parent, capture_output=True, text=True,
+      timeout=300, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert out.returncode == 0, out.stderr[-3000:]
+  result = json.loads(out.stdout.strip().splitlines()[-1])
+  ours = _check_common(result, 'decode', steps=1)
+  assert ours['model_parallel'] == 2 and ours['devices'] == 2
+  assert ours['gen_new_tokens'] == 4
+  assert 'decode beams=1, t2t model-parallel 2' in out.stderr
 
 
 def test_section_counts_other_processes_cores():

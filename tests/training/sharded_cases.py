@@ -3,6 +3,7 @@ fixed when JAX starts): `python -m tests.training.sharded_cases OUT_DIR` with
 XLA_FLAGS=--xla_force_host_platform_device_count=8. Asserts, and prints 'OK' at the end."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -13,10 +14,12 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from t2t import config
+from t2t.models import decoding
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import Transformer
 from t2t.training import checkpoints, optim, partitioning
 from t2t.training.partitioning import Partitioner
+from t2t.training.predictor import Predictor
 from t2t.training.trainer import Trainer, TrainState
 from tests.models import helpers
 from tests.training import toy
@@ -98,6 +101,40 @@ def check_shardings(tr, state, name):
   return params, flat(state.opt_state)
 
 
+def _without_pad_and_eos(strategy):
+  """`strategy` with the logits of pad (0) and EOS (1) at -1e9: every row decodes the full length,
+  so the comparison covers every step (the young model here would mostly stop at once)."""
+  def wrapped(tokens_to_logits, cache, batch_size, max_decode_length, *, rng=None):
+    def masked(tokens, c):
+      logits, c = tokens_to_logits(tokens, c)
+      return logits.at[:, :decoding.EOS_ID + 1].set(-1e9), c
+    return strategy(masked, cache, batch_size, max_decode_length, rng=rng)
+  return wrapped
+
+
+def check_decoding_on_meshes(params, meshes):
+  """Greedy and beam-3 decoding give one device's tokens on each of `meshes` ({name: Partitioner}).
+
+  The same parameters (`params`, host arrays) are laid out by each mesh's rules, so heads, FFN
+  and vocabulary are split over `model` and the rows over `data`; beam search keeps one copy of
+  the encoder side per row (api.split_encoder_side) under the split too.
+  """
+  examples = [dict(encoder_input_tokens=row) for row in BATCHES[0]["encoder_input_tokens"]]
+  boxed = jax.eval_shape(lambda r: MODEL.get_initial_variables(r, SHAPES)["params"],
+                         jax.random.PRNGKey(0))
+  for strategy_name, strategy in (("greedy", decoding.greedy_decode),
+                                  ("beam 3", functools.partial(decoding.beam_search, beam_size=3))):
+    model = EncoderDecoderModel(MODEL.module, toy.VOCAB, toy.VOCAB,
+                                decode_fn=_without_pad_and_eos(strategy))
+    decode = lambda p, part: np.stack(Predictor(model, p, part, BATCH, max_decode_length=6,
+                                                bucket_lengths=False).predict(examples))
+    want = decode(params, Partitioner(devices=jax.devices()[:1]))
+    print(strategy_name, "1 device", want.tolist())
+    assert len(np.unique(want)) > 3, want  # not a degenerate decode that any layout would match
+    for name, part in meshes.items():
+      got = decode(jax.device_put(params, part.shardings_for(boxed)), part)
+      np.testing.assert_array_equal(got, want, err_msg=f"{strategy_name} on {name}")
+
 def main(out_dir):
   assert jax.device_count() == 8
   one = Partitioner(devices=jax.devices()[:1])
@@ -126,6 +163,11 @@ def main(out_dir):
            opt[("0", "v_row") + EMB].addressable_shards[0].data.shape)
     assert got == by_hand[name], (name, got)
     kept[name] = (tr, state)
+
+  # Decoding on model-parallel meshes gives the one-device tokens.
+  check_decoding_on_meshes(jax.device_get(base_state.params),
+                           {"(4,2)": cases["(4,2)"], "(1,8)": cases["(1,8)"]})
+  print("decoding: same tokens on (4,2) and (1,8)")
 
   # Gradient accumulation on a (2, 4) mesh: 4 microbatches of 2, the whole batch's step.
   micro_tr = trainer(Partitioner(num_partitions=4), num_microbatches=4)

@@ -1,4 +1,5 @@
-"""How busy the machine is while a benchmark runs, so a noisy figure is never taken for a result.
+"""How busy the machine is while a benchmark runs, so a noisy figure is never taken for a result;
+and the CPUs a benchmark runs on (`pin_threads`).
 
 Two measures, both recorded in the benchmark's JSON:
 - the 1-minute load average (`os.getloadavg`), checked before anything runs: above the core count the
@@ -21,6 +22,19 @@ FOREIGN_CORES_LIMIT = 0.25
 
 class LoadedMachineError(ValueError):
   """The machine is too busy for a figure worth writing down."""
+
+
+def pin_threads(threads: int) -> list[int]:
+  """Restricts this process (and its children) to `threads` CPUs; returns them. Call before JAX runs."""
+  if threads < 1:
+    raise ValueError(f'--threads must be >= 1, got {threads}.')
+  cpus = sorted(os.sched_getaffinity(0))
+  if threads > len(cpus):
+    raise ValueError(f'--threads {threads} is more than the {len(cpus)} cores this process may use '
+                     f'(os.cpu_count() = {os.cpu_count()}); both sides would oversubscribe them. '
+                     f'Use --threads {len(cpus)} or fewer.')
+  os.sched_setaffinity(0, cpus[:threads])
+  return cpus[:threads]
 
 
 def _busy_seconds() -> float | None:

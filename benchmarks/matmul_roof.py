@@ -65,8 +65,11 @@ def main() -> None:
   ap.add_argument('--threads', type=int, default=2)
   args = ap.parse_args()
   if args.lib == 'jax':
-    from benchmarks.t5_small_cpu import pin_threads
-    pin_threads(args.threads)
+    from benchmarks.machine import pin_threads
+    try:
+      pin_threads(args.threads)
+    except ValueError as e:
+      ap.error(str(e))
     print(json.dumps(jax_roof(args.reps, ('float32', 'bfloat16'))))
   else:
     print(json.dumps(torch_roof(args.reps, args.threads)))

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from benchmarks import machine
 from benchmarks import t5_small_cpu as bench
 
 import jax  # noqa: E402  (t5_small_cpu sets the JAX/TF environment first)
@@ -222,7 +223,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--trace-dir', default=None, help='keep the jax.profiler trace here')
   ap.add_argument('--hlo-dir', type=Path, default=None, help='write the optimized HLO here')
   args = ap.parse_args(argv)
-  bench.pin_threads(args.threads)
+  try:
+    machine.pin_threads(args.threads)
+  except ValueError as e:
+    ap.error(str(e))
   host_memory.configure(args.host_malloc)  # before the first XLA program, as the benchmark
   dropout = args.dropout if args.dropout is not None else (0.1 if args.mode == 'train' else 0.0)
   config = bench.t5_small_config(dropout, args.tiny, args.precision)

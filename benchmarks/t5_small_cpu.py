@@ -405,19 +405,6 @@ def _versions() -> dict[str, str]:
   return out
 
 
-def pin_threads(threads: int) -> list[int]:
-  """Restricts this process (and its children) to `threads` CPUs; returns them. Call before JAX runs."""
-  if threads < 1:
-    raise ValueError(f'--threads must be >= 1, got {threads}.')
-  cpus = sorted(os.sched_getaffinity(0))
-  if threads > len(cpus):
-    raise ValueError(f'--threads {threads} is more than the {len(cpus)} cores this process may use '
-                     f'(os.cpu_count() = {os.cpu_count()}); both sides would oversubscribe them. '
-                     f'Use --threads {len(cpus)} or fewer.')
-  os.sched_setaffinity(0, cpus[:threads])
-  return cpus[:threads]
-
-
 def _check_common(steps: int, warmup: int, **lengths: int) -> None:
   for name, value in dict(steps=steps, **lengths).items():
     if value < 1:
@@ -563,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.fused_step and args.mode != 'train':
       raise ValueError(f'--fused-step times the train step; it does nothing in mode {args.mode!r} '
                        '(use: train --fused-step).')
-    pin_threads(args.threads)
+    machine.pin_threads(args.threads)
     use_cpu_devices(args.model_parallel, args.threads, args.mode)
     quiet = machine.check_quiet(args.allow_loaded)
     if not args.no_peer and not args.tiny:

@@ -1,7 +1,6 @@
-"""The benchmarks pin their process to `--threads` CPUs (benchmarks/t5_small_cpu.py, pin_threads).
-A test that calls a benchmark's `main` in the test process must not leave that pin behind: the
-xdist worker, and every subprocess it starts later, would run on one core for the rest of the
-session."""
+"""The benchmarks pin their process to `--threads` CPUs (`benchmarks.machine.pin_threads`). A test
+that calls a benchmark's `main` in the test process must not leave that pin behind: the xdist
+worker, and every subprocess it starts later, would run on one core for the rest of the session."""
 import os
 
 import pytest

@@ -41,3 +41,12 @@ def test_decode_profile_runs_under_the_benchmarks_malloc_settings(tmp_path):
   assert {'attention', 'ffn'} <= set(result['categories_s'])
   assert abs(sum(result['categories_share'].values()) - 1.0) < 1e-6
   assert 'while' in (hlo_dir / 'decode_0.hlo.txt').read_text()
+
+
+def test_too_many_threads_is_a_usage_error_naming_the_cores(capsys):
+  cores = len(os.sched_getaffinity(0))
+  with pytest.raises(SystemExit) as exit_info:
+    prof.main(['decode', '--tiny', '--threads', str(cores + 1)])
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err
+  assert f'error: --threads {cores + 1} is more than the {cores} cores' in err

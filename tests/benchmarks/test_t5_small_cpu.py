@@ -115,7 +115,7 @@ def test_too_many_threads_is_refused_with_the_core_count():
   import os
   cores = len(os.sched_getaffinity(0))
   with pytest.raises(ValueError, match=f'more than the {cores} cores'):
-    bench.pin_threads(cores + 1)
+    machine.pin_threads(cores + 1)
 
 
 def test_loaded_machine_is_refused_unless_allowed(monkeypatch, capsys):

@@ -237,11 +237,11 @@ class BertSelfAttention(nn.Module):
     query = nn.with_logical_constraint(proj('query'), qkv_axes)
     key = nn.with_logical_constraint(proj('key'), qkv_axes)
     value = nn.with_logical_constraint(proj('value'), qkv_axes)
-    logits = jnp.einsum('bqhk,bthk->bhqt', query, key, preferred_element_type=jnp.float32)
+    logits = layers.einsum2('bqhk,bthk->bhqt', query, key, preferred_element_type=jnp.float32)
     logits = logits / math.sqrt(c.head_dim) + bias
     weights = jax.nn.softmax(logits, axis=-1).astype(c.dtype)
     weights = layers.Dropout(c.attention_dropout_rate)(weights, deterministic=not enable_dropout)
-    out = nn.with_logical_constraint(jnp.einsum('bhqt,bthk->bqhk', weights, value), qkv_axes)
+    out = nn.with_logical_constraint(layers.einsum2('bhqt,bthk->bqhk', weights, value), qkv_axes)
     out = DenseWithBias(c.hidden_size, kernel_axes=('heads', 'kv', 'embed'), bias_axes=('embed',),
                         axis=(-2, -1), kernel_init=_init(c), dtype=c.dtype,
                         param_dtype=c.param_dtype, name='out')(out)

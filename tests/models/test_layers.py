@@ -334,6 +334,45 @@ def test_dropout_module_scales_kept_values_and_is_identity_when_off():
 _ROUNDS_AWAY = 1.0 + 2.0 ** -8   # in float32, but between two bfloat16 values: rounds to 1.0
 
 
+def _equations(fn, *args):
+  """(primitive, params) of each equation `fn(*args)` traces to."""
+  return [(e.primitive.name, dict(e.params)) for e in jax.make_jaxpr(fn)(*args).jaxpr.eqns]
+
+
+@pytest.mark.parametrize('spec,x_shape,y_shape', [
+    ('bqhd,bkhd->bhqk', (2, 3, 4, 5), (2, 6, 4, 5)),   # attention logits
+    ('bhqk,bkhd->bqhd', (2, 4, 3, 6), (2, 6, 4, 5)),   # weights x values: a transposed result
+    ('bhqd,bhdk->bhqk', (2, 4, 1, 5), (2, 4, 5, 6)),   # the encoder cache's layout, one query
+    ('bqhd,bhqk->bkhd', (2, 3, 4, 5), (2, 4, 3, 6)),   # a gradient's form
+    ('abcd,cde->abe', (2, 3, 4, 5), (4, 5, 6)),        # a DenseGeneral over two axes
+    ('ij,jk->ki', (3, 4), (4, 5)),
+])
+@pytest.mark.parametrize('dtype,preferred', [(jnp.float32, None), (jnp.bfloat16, jnp.float32)])
+def test_einsum2_traces_to_the_equations_of_jnp_einsum(spec, x_shape, y_shape, dtype, preferred):
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=x_shape), dtype)
+  y = jnp.asarray(rng.normal(size=y_shape), dtype)
+  ours = lambda x, y: layers.einsum2(spec, x, y, preferred_element_type=preferred)
+  reference = lambda x, y: jnp.einsum(spec, x, y, preferred_element_type=preferred)
+  assert _equations(ours, x, y) == _equations(reference, x, y)
+  assert 'dot_general' in [name for name, _ in _equations(ours, x, y)]
+  result = ours(x, y)
+  assert result.dtype == reference(x, y).dtype
+  np.testing.assert_array_equal(result, reference(x, y))
+
+
+@pytest.mark.parametrize('spec,x_shape,y_shape', [
+    ('...d,de->...e', (2, 3, 4), (4, 5)),   # an ellipsis
+    ('bd,bd->b', (1, 4), (3, 4)),           # a size-1 index broadcast against 3
+    ('ii,ij->j', (3, 3), (3, 4)),           # an index repeated in one operand
+    ('ab,bc->a', (2, 3), (3, 4)),           # c summed out of one operand alone
+])
+def test_einsum2_hands_other_specs_to_jnp_einsum(spec, x_shape, y_shape):
+  rng = np.random.default_rng(1)
+  x, y = rng.normal(size=x_shape).astype(np.float32), rng.normal(size=y_shape).astype(np.float32)
+  np.testing.assert_allclose(layers.einsum2(spec, x, y), np.einsum(spec, x, y), rtol=1e-5)
+
+
 def test_matmul_mixed_rounds_operands_and_accumulates_in_float32():
   a = jnp.array([[_ROUNDS_AWAY, 3.0]], jnp.float32)
   b = jnp.array([[1.0], [_ROUNDS_AWAY]], jnp.float32)

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gc
 import importlib.util
 import json
 import os
@@ -76,7 +77,7 @@ from benchmarks.matmul_roof import ROOF_SHAPE, jax_roof  # noqa: E402
 from t2t.models import decoding  # noqa: E402
 from t2t.models.api import EncoderDecoderModel  # noqa: E402
 from t2t.models.transformer import T5Config, Transformer  # noqa: E402
-from t2t.training import host_memory, optim  # noqa: E402
+from t2t.training import garbage_collection, host_memory, optim  # noqa: E402
 from t2t.training.partitioning import Partitioner  # noqa: E402
 from t2t.training.predictor import Predictor  # noqa: E402
 from t2t.training.trainer import Trainer, dropout_key_impl  # noqa: E402
@@ -534,6 +535,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--host-malloc', default='auto', choices=host_memory.MODES,
                   help="t2t's host malloc settings, as t2t.train's --host_malloc (default auto: "
                        'retain freed memory on the CPU backend; t2t/training/host_memory.py)')
+  ap.add_argument('--python-gc', default='frozen', choices=['frozen', 'default'],
+                  help="frozen (default): the imported objects frozen out of Python's cyclic "
+                       'collector, as python -m t2t.train does (t2t/training/garbage_collection.py); '
+                       "default: Python's collector as it comes, for A/B")
   ap.add_argument('--peer-malloc', default='system', choices=['system', 'retain'],
                   help='system (default): the peer as a user runs it; retain: the peer with the '
                        'same malloc settings, as glibc tunables')
@@ -563,6 +568,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.threading.set_inter_op_parallelism_threads(1)
   host_memory.configure(args.host_malloc)  # as t2t.train does, before the first XLA program runs
+  if args.python_gc == 'frozen':  # as t2t.cli.run_module does after the entry point's imports
+    garbage_collection.freeze_long_lived()
   common = dict(steps=args.steps, warmup=args.warmup, threads=args.threads, batch=args.batch,
                 enc_len=args.enc_len, gen_len=args.gen_len, tiny=args.tiny, peer=args.peer,
                 no_peer=args.no_peer, dec_len=args.dec_len, precision=args.precision,
@@ -580,6 +587,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                            date_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
                            cpu=report.cpu_model(), platform=platform.platform())
   result['loaded'] = result['machine']['loaded']
+  result['python_gc'] = dict(mode=args.python_gc, frozen_objects=gc.get_freeze_count())
   line = json.dumps(result)
   if args.out:
     args.out.write_text(line + '\n')

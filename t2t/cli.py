@@ -136,9 +136,16 @@ def run(main: Callable[[Sequence[str]], None], distributed: bool = False) -> Non
 
 
 def run_module(name: str) -> None:
-  """Imports entry-point module `name` and runs its `main` (then exits)."""
+  """Imports entry-point module `name` and runs its `main` (then exits).
+
+  The imports run with Python's cyclic garbage collector paused, and what they leave is frozen
+  out of its later collections (t2t/training/garbage_collection.py): a faster start and trace.
+  """
   import importlib
   from t2t import logs
+  from t2t.training import garbage_collection
   logs.quiet()  # before the entry point imports TensorFlow
-  run(importlib.import_module(name).main, distributed=name in DISTRIBUTED_ENTRY_POINTS)
+  with garbage_collection.imports_without_collection():
+    module = importlib.import_module(name)
+  run(module.main, distributed=name in DISTRIBUTED_ENTRY_POINTS)
   sys.exit(0)

@@ -157,6 +157,8 @@ def test_decode_with_the_model_split_over_two_cpu_devices():
   assert ours['model_parallel'] == 2 and ours['devices'] == 2
   assert ours['gen_new_tokens'] == 4
   assert 'decode beams=1, t2t model-parallel 2' in out.stderr
+  # As python -m t2t.* runs: the imported objects frozen out of Python's collector.
+  assert result['python_gc']['mode'] == 'frozen' and result['python_gc']['frozen_objects'] > 100_000
 
 
 def test_section_counts_other_processes_cores():

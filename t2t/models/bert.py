@@ -57,7 +57,7 @@ import numpy as np
 import seqio
 
 from t2t.data import mlm
-from t2t.models import api, layers, peft
+from t2t.models import api, layers, matmuls, peft
 
 Array = jax.Array
 Batch = Mapping[str, Array]
@@ -237,11 +237,11 @@ class BertSelfAttention(nn.Module):
     query = nn.with_logical_constraint(proj('query'), qkv_axes)
     key = nn.with_logical_constraint(proj('key'), qkv_axes)
     value = nn.with_logical_constraint(proj('value'), qkv_axes)
-    logits = layers.einsum2('bqhk,bthk->bhqt', query, key, preferred_element_type=jnp.float32)
+    logits = matmuls.einsum2('bqhk,bthk->bhqt', query, key, preferred_element_type=jnp.float32)
     logits = logits / math.sqrt(c.head_dim) + bias
     weights = jax.nn.softmax(logits, axis=-1).astype(c.dtype)
     weights = layers.Dropout(c.attention_dropout_rate)(weights, deterministic=not enable_dropout)
-    out = nn.with_logical_constraint(layers.einsum2('bhqt,bthk->bqhk', weights, value), qkv_axes)
+    out = nn.with_logical_constraint(matmuls.einsum2('bhqt,bthk->bqhk', weights, value), qkv_axes)
     out = DenseWithBias(c.hidden_size, kernel_axes=('heads', 'kv', 'embed'), bias_axes=('embed',),
                         axis=(-2, -1), kernel_init=_init(c), dtype=c.dtype,
                         param_dtype=c.param_dtype, name='out')(out)

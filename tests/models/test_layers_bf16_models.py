@@ -1,4 +1,4 @@
-"""bf16 matmuls (`layers.matmul`, T5Config.matmul_dtype) run forward and backward in every model built
+"""bf16 matmuls (`matmuls.matmul`, T5Config.matmul_dtype) run forward and backward in every model built
 on T5Config, with scanned layers and with dropout.
 
 XLA's CPU runtime refuses some bf16 x bf16 -> f32 dot forms at run time ("Unsupported element type

@@ -254,3 +254,20 @@ def test_beam_search_does_not_reorder_cache_leaves_the_step_leaves_unchanged():
     out = decoding.beam_search(tokens_to_logits, cache, 2, 3, beam_size=2)
   assert out.shape == (2, 3)
   assert gathered == [(4, 1)]  # only the changing leaf, traced once in the loop body
+
+
+def test_first_argmax_is_jnp_argmax_on_ties_nans_and_infinities():
+  """decoding.first_argmax (two plain reductions) picks what jnp.argmax picks: the first maximum,
+  the first NaN if any, index 0 when every logit is -inf."""
+  logits = jnp.array([[1.0, 3.0, 3.0, 2.0],             # tie: the first, 1
+                      [jnp.nan, 5.0, jnp.nan, 9.0],      # NaN first: 0
+                      [1.0, 2.0, jnp.nan, 9.0],          # a NaN wins: 2
+                      [-jnp.inf] * 4,                     # all -inf: 0
+                      [-jnp.inf, -1.0, jnp.inf, jnp.inf]])  # +inf twice: 2
+  np.testing.assert_array_equal(decoding.first_argmax(logits), [1, 0, 2, 0, 2])
+  np.testing.assert_array_equal(decoding.first_argmax(logits), jnp.argmax(logits, axis=-1))
+  rand = jax.random.normal(jax.random.PRNGKey(0), (3, 5, 32128)).astype(jnp.bfloat16)
+  rand = rand.at[:, :, 7].set(rand.max())  # ties with the maximum elsewhere
+  got = jax.jit(decoding.first_argmax)(rand)
+  assert got.dtype == jnp.int32 and got.shape == (3, 5)
+  np.testing.assert_array_equal(got, jnp.argmax(rand, axis=-1))

@@ -342,6 +342,7 @@ class MultiHeadAttention(nn.Module):
     query = nn.with_logical_constraint(self._proj('query', self.q_init)(inputs_q), qkv_axes)
 
     length = query.shape[1]
+    from_cache = False  # keys/values read from a self-attention cache
     if decode and cross_cache:
       if self.has_variable('cache', 'cached_key'):
         key = self.get_variable('cache', 'cached_key')
@@ -370,20 +371,32 @@ class MultiHeadAttention(nn.Module):
       key = self._proj('key', self.kv_init)(inputs_kv)
       value = self._proj('value', self.kv_init)(inputs_kv)
       if decode:
-        key, value = self._update_self_cache(key, value)
-      key = nn.with_logical_constraint(key, qkv_axes)
-      value = nn.with_logical_constraint(value, qkv_axes)
-      logits_spec, out_spec = 'bqhd,bkhd->bhqk', 'bhqk,bkhd->bqhd'
+        key, value, from_cache = self._update_self_cache(key, value)
+      if from_cache:  # the whole cache, [b, heads, length, kv] (`_for_cache`)
+        key = nn.with_logical_constraint(key, ('batch', 'heads', 'length', 'kv'))
+        value = nn.with_logical_constraint(value, ('batch', 'heads', 'length', 'kv'))
+        logits_spec, out_spec = 'bqhd,bhkd->bhqk', 'bhqk,bhkd->bqhd'
+      else:
+        key = nn.with_logical_constraint(key, qkv_axes)
+        value = nn.with_logical_constraint(value, qkv_axes)
+        logits_spec, out_spec = 'bqhd,bkhd->bhqk', 'bhqk,bkhd->bqhd'
 
-    if self.matmul_dtype is None:
-      logits = einsum2(logits_spec, query, key, preferred_element_type=jnp.float32)
+    # A float32 cache of rounded values (`_for_cache` on a CPU): the same products, accumulated in
+    # float32 like `matmul`'s, without converting the cache every step.
+    rounded_f32 = from_cache and self.matmul_dtype is not None and key.dtype == jnp.float32
+    if self.matmul_dtype is None or rounded_f32:
+      logits = einsum2(logits_spec, _rounded(query, self.matmul_dtype), key,
+                       preferred_element_type=jnp.float32)
     else:
       logits = matmul(logits_spec, query, key, jnp.float32, self.matmul_dtype)
     if bias is not None:
       logits = logits + jnp.asarray(bias, jnp.float32)
     weights = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
     weights = _dropout(weights, self.dropout_rate, enable_dropout)
-    out = matmul(out_spec, weights, value, self.dtype, self.matmul_dtype)
+    if rounded_f32:
+      out = einsum2(out_spec, _rounded(weights, self.matmul_dtype), value).astype(self.dtype)
+    else:
+      out = matmul(out_spec, weights, value, self.dtype, self.matmul_dtype)
     if decode and cross_cache:
       out = jnp.swapaxes(out[:, :, :beams * length], 1, 2)
       out = out.reshape(rows * beams, length, *out.shape[2:])
@@ -394,11 +407,27 @@ class MultiHeadAttention(nn.Module):
     return nn.with_logical_constraint(out, ('batch', 'length', 'embed'))
 
   def _for_cache(self, x: Array) -> Array:
-    """Self-attention keys/values as the cache stores them (`_cache_dtype`)."""
-    return _cache_dtype(x, self.matmul_dtype)
+    """Self-attention keys/values x [b, length, heads, kv] as the cache stores them:
+    [b, heads, length, kv], rounded to `matmul_dtype` (`_cache_dtype`).
 
-  def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array]:
-    """Creates the cache on the first call; afterwards writes one step and returns the full cache."""
+    Heads before positions, so a decode step's two matmuls take the cache as a batched operand
+    with its batch dimensions first, as stored, and the step writes one [b, heads, 1, kv] slice.
+    On a CPU backend a rounded cache is kept in float32: XLA:CPU runs these one-row matmuls in
+    float32 whatever their operands, and would otherwise convert (and, in the [b, length, heads,
+    kv] layout, transpose) every layer's whole cache every step (benchmarks/README.md, "Greedy
+    decoding"); the values, and so the results, are those of the rounded cache.
+    """
+    x = _cache_dtype(jnp.swapaxes(x, 1, 2), self.matmul_dtype)
+    if self.matmul_dtype is not None and jax.default_backend() == 'cpu':
+      x = x.astype(jnp.float32)
+    return x
+
+  def _update_self_cache(self, key: Array, value: Array) -> tuple[Array, Array, bool]:
+    """Creates the cache on the first call; afterwards writes one step and returns the full cache.
+
+    key, value [b, 1, heads, kv]. Returns (keys, values, whether they are the cache, laid out
+    [b, heads, length, kv]); the first call returns its own keys/values [b, length, heads, kv].
+    """
     ready = self.has_variable('cache', 'cached_key')
     # The first call's keys/values fill the cache: a prompt processed in one call (prefill) is then
     # cached; slots the caller has not marked as written are masked by its `bias` anyway.
@@ -406,23 +435,22 @@ class MultiHeadAttention(nn.Module):
     cached_value = self.variable('cache', 'cached_value', lambda: self._for_cache(value))
     index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
     if not ready:
-      return key, value
+      return key, value, False
     if key.shape[1] != 1:
       raise ValueError(f'Incremental decoding takes one token per call, got length {key.shape[1]}.')
+    key, value = self._for_cache(key), self._for_cache(value)
     if index.value.ndim == 1:
       # Per-row positions [b] (decoder-only prompts of different lengths): write by one-hot select.
-      hit = (jnp.arange(cached_key.value.shape[1])[None, :] == index.value[:, None])[:, :, None, None]
-      cached_key.value = jnp.where(hit, key.astype(cached_key.value.dtype), cached_key.value)
-      cached_value.value = jnp.where(hit, value.astype(cached_value.value.dtype), cached_value.value)
+      hit = (jnp.arange(cached_key.value.shape[2])[None, :] == index.value[:, None])[:, None, :, None]
+      cached_key.value = jnp.where(hit, key, cached_key.value)
+      cached_value.value = jnp.where(hit, value, cached_value.value)
       index.value = index.value + 1
-      return cached_key.value, cached_value.value
-    start = (0, index.value, 0, 0)
-    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key.astype(cached_key.value.dtype),
-                                                    start)
-    cached_value.value = jax.lax.dynamic_update_slice(
-        cached_value.value, value.astype(cached_value.value.dtype), start)
+      return cached_key.value, cached_value.value, True
+    start = (0, 0, index.value, 0)
+    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, start)
+    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, start)
     index.value = index.value + 1
-    return cached_key.value, cached_value.value
+    return cached_key.value, cached_value.value, True
 
 
 def _cache_dtype(x: Array, matmul_dtype: DType | None) -> Array:
@@ -434,6 +462,11 @@ def _cache_dtype(x: Array, matmul_dtype: DType | None) -> Array:
   keys/values are the largest thing a greedy step reads besides the weights.
   """
   return x if matmul_dtype is None else x.astype(matmul_dtype)
+
+
+def _rounded(x: Array, matmul_dtype: DType | None) -> Array:
+  """x rounded to `matmul_dtype` and back to float32 (unchanged when None)."""
+  return x if matmul_dtype is None else x.astype(matmul_dtype).astype(jnp.float32)
 
 
 def encoder_cache_entry(name: str, projected: Array, matmul_dtype: DType | None) -> Array:

@@ -217,6 +217,35 @@ def test_a_bf16_decode_step_reads_the_encoder_cache_without_converting_it():
   for shape in ((b, heads, d_kv, k_len), (b, heads, k_len, d_kv), (b, k_len, heads, d_kv)):
     assert f'f32[{",".join(map(str, shape))}]' not in hlo, shape
 
+def test_the_self_attention_cache_is_heads_first_and_a_decode_step_copies_none_of_it():
+  """The self-attention cache is [b, heads, length, kv] holding the bf16-rounded keys/values (in
+  float32 on a CPU, where XLA:CPU's one-row matmuls take float32 operands anyway), so a compiled
+  bf16 decode step writes its one position in place: before, it converted (and transposed) both
+  whole caches every step, temporaries of twice a float32 cache."""
+  b, heads, d_kv, length, d = 2, 4, 64, 256, 128
+  attn = layers.MultiHeadAttention(num_heads=heads, d_kv=d_kv, matmul_dtype=jnp.bfloat16)
+  x = jax.random.normal(jax.random.PRNGKey(1), (b, length, d))
+  params = nn.unbox(attn.init(jax.random.PRNGKey(0), x, x, None))['params']
+  _, cache = attn.apply({'params': params}, x, x, None, enable_dropout=False, decode=True,
+                        mutable=['cache'])
+  key = cache['cache']['cached_key']
+  assert key.shape == (b, heads, length, d_kv)
+  assert key.dtype == (jnp.float32 if jax.default_backend() == 'cpu' else jnp.bfloat16)
+  kernel = params['key']['kernel'].astype(jnp.bfloat16)   # [d, heads, kv]
+  projected = jnp.einsum('bld,dhk->bhlk', x.astype(jnp.bfloat16), kernel,
+                         preferred_element_type=jnp.float32)
+  stored = np.asarray(key, np.float32)
+  np.testing.assert_array_equal(np.asarray(key.astype(jnp.bfloat16), np.float32), stored)  # rounded
+  np.testing.assert_allclose(stored, np.asarray(projected, np.float32), rtol=1e-2, atol=1e-2)
+
+  def step(params, cache, xq):
+    return attn.apply({'params': params, **cache}, xq, xq, None, enable_dropout=False,
+                      decode=True, mutable=['cache'])
+
+  compiled = jax.jit(step, donate_argnums=1).lower(params, cache, x[:, :1]).compile()
+  assert compiled.memory_analysis().temp_size_in_bytes < key.size * 4
+
+
 @pytest.mark.parametrize('activations,names', [(('relu',), ['wi', 'wo']),
                                                (('gelu', 'linear'), ['wi_0', 'wi_1', 'wo'])])
 def test_mlp_block(activations, names):

@@ -57,6 +57,7 @@ def test_train_tiny(monkeypatch):
   assert 3.0 < ours['losses'][0] < 8.0
   assert result['peer_error'] == 'disabled with --no-peer'
   assert ours['split_update'] is True  # the Trainer's default: gradient and update programs
+  assert ours['init_state_s'] > 0  # the init programs, timed apart from compile + first step
   # The persistent compilation cache: written by the first compile, read back by the second.
   cache = ours['compilation_cache']
   assert cache['cold_s'] > 0 and cache['warm_s'] > 0 and cache['warm_cache_hits'] >= 1
@@ -189,6 +190,9 @@ def test_targets_and_table_from_a_result():
   out['targets'] = t
   text = report.table(out)
   assert 'LOADED MACHINE' in text and '| greedy | t2t |' in text and 'NO' in text
+  assert 'Trainer.init_state' not in text  # a result written before init_state_s was recorded
+  out['results']['train']['t2t']['init_state_s'] = 6.5
+  assert 'compile + first step 12.0 s, after 6.5 s of Trainer.init_state' in report.table(out)
 
 
 def test_bf16_precision_sets_the_matmul_dtype_and_asks_the_peer_for_autocast(tmp_path, monkeypatch):

@@ -213,8 +213,7 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
   if dropout_prng is not None:
     trainer.dropout_rng = jax.random.key(1, impl=dropout_key_impl(dropout_prng, trainer.partitioner))
   t0 = time.perf_counter()
-  state = trainer.init_state()
-  jax.block_until_ready(state)
+  state = jax.block_until_ready(trainer.init_state())
   init_state_s = time.perf_counter() - t0
   nparams = sum(int(x.size) for x in jax.tree.leaves(state.params))
   losses, faults = [], []
@@ -231,9 +230,8 @@ def bench_train(config: T5Config, batch: int, enc_len: int, dec_len: int, steps:
   flops = model_flops(config, batch, enc_len, dec_len, 0)['train_step']
   return dict(**_summary(times, batch * (enc_len + dec_len), flops), compile_and_first_s=first,
               init_state_s=init_state_s, params=nparams, losses=losses, flops_per_step=flops,
-              page_faults_per_step=faults,
-              dropout_prng=str(jax.random.key_impl(trainer.dropout_rng)),
-              split_update=trainer.split_update)
+              page_faults_per_step=faults, split_update=trainer.split_update,
+              dropout_prng=str(jax.random.key_impl(trainer.dropout_rng)))
 
 
 def bench_compilation_cache(config: T5Config, batch: int, enc_len: int, dec_len: int

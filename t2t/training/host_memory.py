@@ -1,15 +1,17 @@
 """Host malloc settings for XLA:CPU: keep freed buffers mapped instead of faulting them in each step.
 
-XLA:CPU allocates a step's temporaries (T5-small's train step at batch 8, 512/114: one 2.7 GB
-buffer plus many smaller ones) with the C library's `malloc` on every call and frees them at its
-end. glibc serves requests above its mmap threshold (at most 32 MB) with a fresh `mmap` and hands
-them back with `munmap` on `free`, and the per-thread arenas of XLA's worker threads give their
-64 MB heaps back as well, so every step touches ~3.4 GB of new pages: ~840k page faults, each
-page zeroed by the kernel, 2-3.5 s of system CPU time per step on a 2-core machine (benchmarks/
-README.md, "Host memory"). With every allocation served from one heap that is never trimmed, the
-same pages are reused from the second step on and the faults drop to zero -- except that now and
-then (allocations from XLA's threads interleave differently) the heap fragments and grows by about
-one step's temporaries, after which it holds (measured: once in 60 T5-small steps).
+XLA:CPU allocates a step's temporaries (T5-small's train step at batch 8, 512/114: one 2.7 GB buffer
+plus many smaller ones) with the C library's `malloc` on every call and frees them at its end. glibc
+serves requests above its mmap threshold (at most 32 MB) with a fresh `mmap` and hands them back
+with `munmap` on `free`, and the per-thread arenas of XLA's worker threads give their 64 MB heaps
+back as well, so every step touches ~3.4 GB of new pages: ~840k page faults, each page zeroed by the
+kernel, 2-3.5 s of system CPU time per step on a 2-core machine (benchmarks/README.md, "Host
+memory"). With every allocation served from one heap that is never trimmed, the same pages are
+reused and the faults drop to zero once the heap has found its size: buffers that outlive a step
+land, it seems, in the hole the freed temporaries left, so in one of the first steps the 2.7 GB
+buffer no longer fits there and the heap grows by about one step's temporaries, after which it holds
+(measured in 25 of 26 T5-small benchmark runs: 500-684k faults once within steps 2-7, that step
+0.4-3 s slower; then at most 61k a step in two runs of 22 steps).
 
 `retain_freed_memory` sets exactly that through glibc's `mallopt`: one arena (`M_ARENA_MAX = 1`),
 no mmap-backed chunks (`M_MMAP_MAX = 0`), no trimming of the heap top (`M_TRIM_THRESHOLD` = max)

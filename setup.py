@@ -16,7 +16,8 @@ def gin_data_files():
   return out
 
 
-# The versions this release was tested with; compatible releases (~=) are accepted.
+# The versions this release was tested with; compatible releases (~=) are accepted, and where a
+# range is given, no next major release (untested: e.g. numpy 3 may drop what jax 0.10 uses).
 INSTALL_REQUIRES = [
     "absl-py~=2.5",
     "jax~=0.10.2",
@@ -35,12 +36,12 @@ INSTALL_REQUIRES = [
     # older runtime, while apache-beam (the `beam` extra, seqio's cache job) needs protobuf < 7.
     "sentencepiece==0.2.1",
     "protobuf>=6.31.1,<7",
-    "numpy>=2.0",
-    "scipy>=1.13",
-    "scikit-learn>=1.5",
+    "numpy>=2.0,<3",
+    "scipy>=1.13,<2",
+    "scikit-learn>=1.5,<2",
     "sacrebleu~=2.6",
     "rouge-score==0.1.2",
-    "tqdm>=4.66",
+    "tqdm>=4.66,<5",
     "matplotlib~=3.11",  # the reports of t2t.experiment and t2t.probing (PNG figures)
 ]
 

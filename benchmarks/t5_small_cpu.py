@@ -74,7 +74,7 @@ import seqio  # noqa: E402
 
 from benchmarks import machine, report  # noqa: E402
 from benchmarks.matmul_roof import ROOF_SHAPE, jax_roof  # noqa: E402
-from t2t.models import decoding  # noqa: E402
+from t2t.models import decoding, small_dots  # noqa: E402
 from t2t.models.api import EncoderDecoderModel  # noqa: E402
 from t2t.models.transformer import T5Config, Transformer  # noqa: E402
 from t2t.training import garbage_collection, host_memory, optim  # noqa: E402
@@ -471,6 +471,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
       precision=precision,
       host_malloc=dict(t2t_retains_freed_memory=host_memory.applied(), peer=peer_malloc,
                        t2t_glibc_tunables=os.environ.get('GLIBC_TUNABLES')),
+      small_dots=small_dots.status(),   # t2t's few-row bf16 matmul kernel (decoding)
       config=dict(dataclasses.asdict(config), dtype=str(config.dtype),
                   param_dtype=str(config.param_dtype), matmul_dtype=str(config.matmul_dtype)),
       shapes=shapes,

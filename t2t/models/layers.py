@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t.models import dropout_plan, philox
+from t2t.models import dropout_plan, philox, small_dots
 from t2t.models.matmuls import einsum2, matmul
 
 Array = jax.Array
@@ -360,12 +360,19 @@ class MultiHeadAttention(nn.Module):
       # they become that row's query positions, [rows, heads, beams * q, kv].
       rows = key.shape[0]
       beams = query.shape[0] // rows
-      query = query.reshape(rows, beams * length, *query.shape[2:])
-      query = _query_rows_for_cpu_dot(jnp.swapaxes(query, 1, 2))
+      query = jnp.swapaxes(query.reshape(rows, beams * length, *query.shape[2:]), 1, 2)
       if bias is not None and beams > 1 and jnp.shape(bias)[0] > 1:
         bias = jnp.asarray(bias)
         bias = bias.reshape(rows, beams, *bias.shape[1:]).transpose(0, 2, 1, 3, 4)
         bias = bias.reshape(rows, bias.shape[1], beams * length, bias.shape[-1])
+      fused = None
+      if self.matmul_dtype is not None and jnp.dtype(self.matmul_dtype) == jnp.bfloat16 and not (
+          enable_dropout and self.dropout_rate > 0):
+        fused = small_dots.cross_attention(query, key, value, bias)  # None: not on this machine
+      if fused is not None:
+        out = _cross_attention_rows(fused.astype(self.dtype), rows, beams, length)
+        return self._output_projection(out, inputs_q)
+      query = _query_rows_for_cpu_dot(query)
       logits_spec, out_spec = 'bhqd,bhdk->bhqk', 'bhqk,bhkd->bhqd'
     else:
       key = self._proj('key', self.kv_init)(inputs_kv)
@@ -398,9 +405,12 @@ class MultiHeadAttention(nn.Module):
     else:
       out = matmul(out_spec, weights, value, self.dtype, self.matmul_dtype)
     if decode and cross_cache:
-      out = jnp.swapaxes(out[:, :, :beams * length], 1, 2)
-      out = out.reshape(rows * beams, length, *out.shape[2:])
-    out = nn.with_logical_constraint(out, qkv_axes)
+      out = _cross_attention_rows(out[:, :, :beams * length], rows, beams, length)
+    return self._output_projection(out, inputs_q)
+
+  def _output_projection(self, out: Array, inputs_q: Array) -> Array:
+    """out [b, q, heads, kv] -> [b, q, embed] by the 'out' DenseGeneral."""
+    out = nn.with_logical_constraint(out, ('batch', 'length', 'heads', 'kv'))
     out = DenseGeneral(features=inputs_q.shape[-1], axis=(-2, -1), kernel_axes=('heads', 'kv', 'embed'),
                        kernel_init=self.out_init, dtype=self.dtype, param_dtype=self.param_dtype,
                        matmul_dtype=self.matmul_dtype, name='out')(out)
@@ -483,6 +493,12 @@ def encoder_cache_entry(name: str, projected: Array, matmul_dtype: DType | None)
     return _cache_dtype(jnp.transpose(projected, (0, 2, 1, 3)), matmul_dtype)
   raise ValueError(f"An encoder-decoder attention cache holds 'cached_key' and 'cached_value', "
                    f"not {name!r}.")
+
+
+def _cross_attention_rows(out: Array, rows: int, beams: int, length: int) -> Array:
+  """The encoder-decoder attention's [rows, heads, beams * q, kv] back to [rows * beams, q, heads, kv]."""
+  out = jnp.swapaxes(out, 1, 2)
+  return out.reshape(rows * beams, length, *out.shape[2:])
 
 
 def _query_rows_for_cpu_dot(query: Array) -> Array:

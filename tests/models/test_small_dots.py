@@ -1,0 +1,201 @@
+"""Tests for t2t.models.small_dots: the few-row bf16 matmul kernel against XLA's dot, where it
+applies and where it declines, and a bf16 model decoding the same tokens with it as without."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import seqio
+
+from t2t.models import layers, matmuls, small_dots
+from t2t.models.api import EncoderDecoderModel
+from t2t.models.transformer import Transformer
+from tests.models import helpers
+
+# The kernel needs an AVX512_BF16 x86 CPU and a C++ compiler; where both exist it must build and
+# run (a failed build fails these tests rather than skipping them).
+_REASON = small_dots.unavailable_reason()
+needs_kernel = pytest.mark.skipif(_REASON is not None and 'T2T_SMALL_DOTS=0' not in _REASON,
+                                  reason=f'small-dots kernel unavailable: {_REASON}')
+
+
+@pytest.fixture(autouse=True)
+def _kernel_on(monkeypatch):
+  monkeypatch.delenv(small_dots.SWITCH, raising=False)
+
+
+def _operands(seed, a_shape, b_shape):
+  rng = np.random.default_rng(seed)
+  return (jnp.asarray(rng.normal(size=a_shape), jnp.bfloat16),
+          jnp.asarray(rng.normal(size=b_shape) * 0.1, jnp.bfloat16))
+
+
+def _uses_kernel(fn, *args) -> bool:
+  return 't2t_bf16_n' in jax.jit(fn).lower(*args).as_text()
+
+
+@needs_kernel
+def test_kernel_builds_and_reports_enabled():
+  assert small_dots.status() == {'enabled': True, 'max_rows': small_dots.MAX_ROWS}
+
+
+@needs_kernel
+@pytest.mark.parametrize('spec,a_shape,b_shape', [
+    ('abc,cd->abd', (8, 1, 512), (512, 2048)),     # FFN input, one token of a batch of 8
+    ('abc,cd->abd', (1, 1, 2048), (2048, 64)),     # one row
+    ('abc,cd->abd', (3, 3, 6), (6, 96)),           # 9 rows: a tile of 8 and one of 1; K of 6
+    ('abc,cde->abde', (8, 1, 64), (64, 2, 32)),    # query projection into heads
+    ('abcd,cde->abe', (8, 1, 2, 32), (2, 32, 64)), # attention output over (heads, kv)
+    ('ab,bc->ac', (64, 128), (128, 32)),           # MAX_ROWS rows
+    ('abc,zc->abz', (8, 1, 512), (4004, 512)),     # tied logits against [vocab, embed]
+    ('abc,zc->abz', (2, 3, 64), (12, 64)),         # 6 rows: tiles of 4 and 2
+    ('ab,zb->az', (1, 32), (4, 32)),
+])
+def test_kernel_matches_xla_dot(spec, a_shape, b_shape):
+  a, b = _operands(0, a_shape, b_shape)
+  fn = lambda a, b: small_dots.dot(spec, a, b)
+  assert _uses_kernel(fn, a, b)
+  got = jax.jit(fn)(a, b)
+  want = jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+  assert got.shape == want.shape and got.dtype == jnp.float32
+  scale = float(jnp.max(jnp.abs(want)))
+  # float32 accumulation in another order: agreement to a few float32 ulps of the largest entry.
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=2e-6 * scale)
+
+
+@pytest.mark.parametrize('spec,a_shape,b_shape,dtype,why', [
+    ('ab,bc->ac', (65, 32), (32, 32), jnp.bfloat16, 'more rows than MAX_ROWS'),
+    ('ab,bc->ac', (8, 32), (32, 48), jnp.bfloat16, 'N not a multiple of 32'),
+    ('ab,cb->ac', (8, 48), (8, 48), jnp.bfloat16, 'NT with K not a multiple of 32'),
+    ('ab,bc->ac', (8, 32), (32, 32), jnp.float32, 'float32 operands'),
+    ('bqd,bkd->bqk', (2, 1, 32), (2, 64, 32), jnp.bfloat16, 'a batch index (attention)'),
+    ('ab,bc->ca', (8, 32), (32, 32), jnp.bfloat16, 'a transposed output'),
+    ('ba,bc->ac', (32, 8), (32, 32), jnp.bfloat16, 'contracted dims not trailing in a'),
+])
+def test_kernel_declines_what_it_does_not_handle(spec, a_shape, b_shape, dtype, why):
+  rng = np.random.default_rng(1)
+  a = jnp.asarray(rng.normal(size=a_shape), dtype)
+  b = jnp.asarray(rng.normal(size=b_shape), dtype)
+  assert small_dots.dot(spec, a, b) is None, why
+
+
+@needs_kernel
+def test_matmul_routes_few_rows_to_the_kernel_and_keeps_xla_gradients(monkeypatch):
+  spec = 'abc,cd->abd'
+  a, w = _operands(2, (4, 2, 64), (64, 96))
+  a = a.astype(jnp.float32)
+  mixed = lambda a, w: matmuls.matmul(spec, a, w, jnp.float32, jnp.bfloat16)
+  assert _uses_kernel(mixed, a, w)
+  assert not _uses_kernel(mixed, jnp.zeros((8, 9, 64), jnp.float32), w)   # 72 rows > MAX_ROWS
+  loss = lambda a, w: jnp.sum(jnp.sin(mixed(a, w)))
+  with_kernel = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(a, w)
+  monkeypatch.setenv(small_dots.SWITCH, '0')   # read when a function is traced: new functions
+  mixed = lambda a, w: matmuls.matmul(spec, a, w, jnp.float32, jnp.bfloat16)
+  loss = lambda a, w: jnp.sum(jnp.sin(mixed(a, w)))
+  assert not _uses_kernel(mixed, a, w)
+  without = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(a, w)
+  for x, y in zip(jax.tree.leaves(with_kernel), jax.tree.leaves(without)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_kernel_under_vmap():
+  a, b = _operands(3, (5, 8, 64), (64, 32))
+  got = jax.vmap(lambda x: small_dots.dot('mk,kn->mn', x, b))(a)
+  want = jnp.einsum('bmk,kn->bmn', a, b, preferred_element_type=jnp.float32)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0,
+                             atol=2e-6 * float(jnp.max(jnp.abs(want))))
+
+
+@needs_kernel
+def test_bf16_model_decodes_the_same_tokens_with_and_without_the_kernel(monkeypatch):
+  """Greedy decoding of a bf16 T5 whose every decoder projection, FFN, tied logits and
+  encoder-decoder attention go through the kernels (dims multiples of 32) against the same decode
+  on XLA's dot."""
+  config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=64,
+                               matmul_dtype='bfloat16')
+  module = Transformer(config)
+  batch = helpers.seq2seq_batch(seed=5, batch=4, enc_len=32, dec_len=6, vocab=64)
+  vocab = seqio.PassThroughVocabulary(64)
+  model = EncoderDecoderModel(module, vocab, vocab)
+  params = nn.unbox(helpers.init_variables(module, batch))['params']
+  inputs = {'encoder_input_tokens': jnp.asarray(batch['encoder_input_tokens'])}
+
+  def decode():
+    predict = lambda p, b: model.predict_batch(p, b, max_decode_length=8)
+    return jax.jit(predict).lower(params, inputs).as_text(), jax.jit(predict)(params, inputs)
+
+  hlo_on, tokens_on = decode()
+  monkeypatch.setenv(small_dots.SWITCH, '0')
+  hlo_off, tokens_off = decode()
+  assert all(f't2t_bf16_{k}' in hlo_on for k in ('nn', 'nt', 'cross_attention'))
+  assert 't2t_bf16_n' not in hlo_off
+  assert np.asarray(tokens_on).shape == (4, 8)
+  np.testing.assert_array_equal(np.asarray(tokens_on), np.asarray(tokens_off))
+
+
+def _reference_cross_attention(query, key, value, bias):
+  """The unfused computation of MultiHeadAttention's cached cross-attention (bf16 matmuls)."""
+  logits = jnp.einsum('bhqd,bhdk->bhqk', query.astype(jnp.bfloat16), key,
+                      preferred_element_type=jnp.float32)
+  if bias is not None:
+    logits = logits + bias
+  weights = jax.nn.softmax(logits, axis=-1).astype(jnp.bfloat16)
+  return jnp.einsum('bhqk,bhkd->bhqd', weights, value, preferred_element_type=jnp.float32)
+
+
+@needs_kernel
+@pytest.mark.parametrize('b,h,q,d,length,masked', [
+    (2, 3, 1, 32, 64, True),     # a greedy step; the second row's last 40 positions are padding
+    (2, 2, 4, 64, 96, True),     # beam search: four beams' queries against one cache row
+    (1, 1, 9, 32, 32, False),    # more query rows than one NN tile, no bias
+])
+def test_cross_attention_matches_the_unfused_attention(b, h, q, d, length, masked):
+  rng = np.random.default_rng(7)
+  query = jnp.asarray(rng.normal(size=(b, h, q, d)), jnp.float32)
+  key = jnp.asarray(rng.normal(size=(b, h, d, length)), jnp.bfloat16)
+  value = jnp.asarray(rng.normal(size=(b, h, length, d)), jnp.bfloat16)
+  bias = None
+  if masked:
+    valid = np.ones((b, 1, 1, length), bool)
+    valid[-1, ..., length - 40:] = False
+    bias = layers.mask_to_bias(jnp.asarray(valid))
+  fn = lambda *args: small_dots.cross_attention(*args)
+  assert 't2t_bf16_cross_attention' in jax.jit(fn).lower(query, key, value, bias).as_text()
+  got = np.asarray(jax.jit(fn)(query, key, value, bias))
+  want = np.asarray(_reference_cross_attention(query, key, value, bias))
+  assert got.shape == (b, h, q, d)
+  # Weights rounded to bf16 on both sides; a float32 ulp of difference before the rounding can
+  # move one weight by a bf16 ulp (2**-8 relative), so compare at that scale.
+  np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * float(np.max(np.abs(want))))
+  if masked:   # padding gets exactly zero weight: masking the padded values changes nothing
+    poisoned = value.at[-1, :, length - 40:].set(1e4)
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(query, key, poisoned, bias)), got)
+
+
+def test_cross_attention_declines_what_it_does_not_handle():
+  q = jnp.zeros((2, 2, 1, 32), jnp.float32)
+  k = jnp.zeros((2, 2, 32, 64), jnp.bfloat16)
+  v = jnp.zeros((2, 2, 64, 32), jnp.bfloat16)
+  assert small_dots.cross_attention(q, k.astype(jnp.float32), v, None) is None   # float32 cache
+  assert small_dots.cross_attention(q, k[..., :48], v[:, :, :48], None) is None  # L = 48
+  assert small_dots.cross_attention(q, k, v, jnp.zeros((2, 2, 1, 64))) is None   # per-head bias
+  assert small_dots.cross_attention(jnp.zeros((2, 2, 65, 32)), k, v, None) is None  # 65 rows
+
+
+def test_build_reports_the_compiler_error(tmp_path, monkeypatch):
+  monkeypatch.setattr(small_dots, 'SOURCE', tmp_path / 'broken.cc')
+  (tmp_path / 'broken.cc').write_text('this is not C++\n')
+  if small_dots._compiler() is None:
+    pytest.skip('no C++ compiler')
+  with pytest.raises(RuntimeError, match='could not build broken.cc'):
+    small_dots.build(small_dots._compiler(), tmp_path / 'out')
+  assert not list((tmp_path / 'out').glob('*.so'))   # no half-written library left behind
+
+
+def test_switch_turns_the_kernel_off(monkeypatch):
+  monkeypatch.setenv(small_dots.SWITCH, '0')
+  assert small_dots.unavailable_reason() == 'T2T_SMALL_DOTS=0'
+  assert small_dots.status()['enabled'] is False
+  a, b = _operands(4, (8, 64), (64, 32))
+  assert small_dots.dot('mk,kn->mn', a, b) is None

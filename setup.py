@@ -71,7 +71,8 @@ setup(
     python_requires=">=3.11",
     # tools/ is run from a checkout (python -m tools.X) and is not installed.
     packages=find_packages(include=["t2t", "t2t.*", "tasks", "tasks.*"]),
-    package_data={"tasks": ["vocab/*.model", "vocab/*.vocab"]},
+    # small_dots.cc: the decode kernel's source, compiled on first use (t2t/models/small_dots.py).
+    package_data={"tasks": ["vocab/*.model", "vocab/*.vocab"], "t2t.models": ["small_dots.cc"]},
     data_files=gin_data_files(),
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

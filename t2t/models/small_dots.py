@@ -26,6 +26,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -101,9 +102,17 @@ def build(compiler: str, out_dir: Path) -> Path:
   return target
 
 
-@functools.cache
+_LOAD_LOCK = threading.Lock()   # the trainer traces on two threads; register the targets once
+
+
 def _load() -> ctypes.CDLL | None:
   """Builds, loads and registers the kernel once per process; None (after a warning) if it can't."""
+  with _LOAD_LOCK:
+    return _load_once()
+
+
+@functools.cache
+def _load_once() -> ctypes.CDLL | None:
   try:
     lib = ctypes.CDLL(str(build(_compiler(), cache_dir())))
   except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:

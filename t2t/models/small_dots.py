@@ -14,6 +14,9 @@ whose weight operand is [K, N] (N a multiple of 32) or [N, K] (K a multiple of 3
 compiled from `small_dots.cc` with the system's C++ compiler on first use and kept in
 `$T2T_CACHE_DIR` (default `$XDG_CACHE_HOME/t2t`, else `~/.cache/t2t`); without a compiler t2t
 warns once and uses XLA's dot. `T2T_SMALL_DOTS=0` turns the kernel off.
+
+`cross_attention(query, key, value, bias)` does the same for a decoding step's encoder-decoder
+attention over its bf16 cache (`MultiHeadAttention`): both products and the softmax in one call.
 """
 from __future__ import annotations
 
@@ -176,9 +179,12 @@ def dot(spec: str, a: Array, b: Array) -> Array | None:
   width = math.prod(b.shape[b_spec.index(c)] for c in b_free)
   if rows == 0 or rows > MAX_ROWS or width == 0:
     return None
-  if b_spec == contracted + b_free and depth % 2 == 0 and width % 32 == 0:
+  a_contracted = tuple(a.shape[len(a_free):])   # mismatched sizes: left to einsum's error
+  if (b_spec == contracted + b_free and depth % 2 == 0 and width % 32 == 0
+      and tuple(b.shape[:len(contracted)]) == a_contracted):
     target, w, chunk = 't2t_bf16_nn', b.reshape(depth, width), NN_CHUNK_COLUMNS
-  elif b_spec == b_free + contracted and depth % 32 == 0 and width % 4 == 0:
+  elif (b_spec == b_free + contracted and depth % 32 == 0 and width % 4 == 0
+        and tuple(b.shape[len(b_free):]) == a_contracted):
     target, w, chunk = 't2t_bf16_nt', b.reshape(width, depth), NT_CHUNK_ROWS
   else:
     return None

@@ -71,6 +71,7 @@ def test_kernel_matches_xla_dot(spec, a_shape, b_shape):
     ('bqd,bkd->bqk', (2, 1, 32), (2, 64, 32), jnp.bfloat16, 'a batch index (attention)'),
     ('ab,bc->ca', (8, 32), (32, 32), jnp.bfloat16, 'a transposed output'),
     ('ba,bc->ac', (32, 8), (32, 32), jnp.bfloat16, 'contracted dims not trailing in a'),
+    ('abc,bcd->ad', (8, 4, 8), (8, 4, 32), jnp.bfloat16, 'contracted sizes differ (4x8 vs 8x4)'),
 ])
 def test_kernel_declines_what_it_does_not_handle(spec, a_shape, b_shape, dtype, why):
   rng = np.random.default_rng(1)

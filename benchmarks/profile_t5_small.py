@@ -243,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   result.update(mode=args.mode, beams=args.beams, dropout=dropout, tiny=args.tiny,
                 loadavg=os.getloadavg(), threads=args.threads, precision=args.precision,
                 host_malloc=dict(mode=args.host_malloc,
-                                 retains_freed_memory=host_memory.applied()),
+                                 retains_freed_memory=host_memory.applied(),
+                                 xla_cpu_memory_schedule=host_memory.memory_schedule()),
                 shapes=dict(batch=args.batch, enc_len=args.enc_len, dec_len=args.dec_len,
                             gen_len=args.gen_len))
   print(json.dumps(result))

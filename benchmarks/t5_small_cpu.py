@@ -34,8 +34,9 @@ which sizes XLA's CPU thread pool), TensorFlow gets one thread (it is only impor
 peer subprocess inherits the affinity and is passed `--threads`. The two run one after the other.
 t2t's side runs with the host malloc settings `t2t.train` applies on a CPU backend
 (`--host-malloc`, t2t/training/host_memory.py); the peer runs as a user starts it, or with the same
-settings as glibc tunables under `--peer-malloc retain`. The JSON's `host_malloc` says which, and
-the `GLIBC_TUNABLES` t2t's own process was started with (`t2t_glibc_tunables`, None when unset).
+settings as glibc tunables under `--peer-malloc retain`. The JSON's `host_malloc` says which, the
+`GLIBC_TUNABLES` t2t's own process was started with (`t2t_glibc_tunables`, None when unset), and
+whether XLA:CPU scheduled t2t's programs for least memory (`t2t_xla_cpu_memory_schedule`).
 The machine's load is checked before anything runs (refused above the core count unless
 `--allow-loaded`) and every timed section records the cores other processes used meanwhile
 (`benchmarks/machine.py`); a figure from a loaded section is marked `loaded` in the JSON and table.
@@ -470,7 +471,8 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
       benchmark='t5_small_cpu', mode=mode, model='tiny' if tiny else 't5_1_0_small',
       precision=precision,
       host_malloc=dict(t2t_retains_freed_memory=host_memory.applied(), peer=peer_malloc,
-                       t2t_glibc_tunables=os.environ.get('GLIBC_TUNABLES')),
+                       t2t_glibc_tunables=os.environ.get('GLIBC_TUNABLES'),
+                       t2t_xla_cpu_memory_schedule=host_memory.memory_schedule()),
       small_dots=small_dots.status(),   # t2t's few-row bf16 matmul kernel (decoding)
       config=dict(dataclasses.asdict(config), dtype=str(config.dtype),
                   param_dtype=str(config.param_dtype), matmul_dtype=str(config.matmul_dtype)),
@@ -536,8 +538,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                   help='fp32 (default) or bf16: t2t with T5Config.matmul_dtype=bfloat16 (bf16 '
                        'operands, float32 accumulation) against the peer under torch.autocast bf16')
   ap.add_argument('--host-malloc', default='auto', choices=host_memory.MODES,
-                  help="t2t's host malloc settings, as t2t.train's --host_malloc (default auto: "
-                       'retain freed memory on the CPU backend; t2t/training/host_memory.py)')
+                  help="t2t's host memory settings, as t2t.train's --host_malloc (default auto: "
+                       "retain freed memory and XLA:CPU's memory-minimising schedule on the CPU "
+                       'backend; t2t/training/host_memory.py)')
   ap.add_argument('--python-gc', default='frozen', choices=['frozen', 'default'],
                   help="frozen (default): the imported objects frozen out of Python's cyclic "
                        'collector, as python -m t2t.train does (t2t/training/garbage_collection.py); '

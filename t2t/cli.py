@@ -6,7 +6,8 @@ docs/scaling.md): `--coordinator_address`, `--num_processes`, `--process_id`, or
 bindings of `t2t.training.distributed.initialize`; nothing to set on TPU pods, SLURM or Open MPI.
 `--compilation_cache_dir DIR`: JAX's persistent compilation cache (t2t/training/compilation_cache.py).
 `--host_malloc {auto,retain,system}`: glibc malloc settings that spare XLA:CPU's steps their page
-faults (t2t/training/host_memory.py); `auto` applies them when the backend is the CPU.
+faults, and XLA:CPU's memory-minimising schedule (t2t/training/host_memory.py); `auto` applies
+them when the backend is the CPU.
 Errors that t2t raises for bad input (a gin macro left unset, an unknown task, an incompatible
 checkpoint, a missing file) are printed as one clear message instead of a traceback; set
 T2T_TRACEBACK=1 to see it.
@@ -37,7 +38,8 @@ flags.DEFINE_string("compilation_cache_dir", None,
 flags.DEFINE_enum("host_malloc", "auto", ["auto", "retain", "system"],
                   "t2t.train/eval/infer: 'auto' keeps freed host memory mapped (one glibc arena, no "
                   "mmap chunks, no trimming) when the backend is the CPU, so XLA:CPU's per-step "
-                  "buffers are not faulted in again every step; 'retain' always, 'system' never "
+                  "buffers are not faulted in again every step, and asks XLA:CPU to schedule "
+                  "programs for least memory; 'retain' always, 'system' never "
                   "(t2t/training/host_memory.py).")
 
 DISTRIBUTED_FLAGS = ("coordinator_address", "num_processes", "process_id")

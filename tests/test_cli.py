@@ -67,7 +67,7 @@ def _run_distributed(args):
         from t2t.training import host_memory
         print("main ran; parsed", len(calls), "time(s); SEED =", gin.query_parameter("%SEED"),
               "; processes", jax.process_count(), "; malloc retains freed memory",
-              host_memory.applied())
+              host_memory.applied(), "; memory schedule", host_memory.memory_schedule())
       cli.run(main, distributed=True)
       """)
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -80,10 +80,11 @@ def test_entry_points_parse_gin_once_then_start_distributed_before_main():
   out = _run_distributed([])
   assert out.returncode == 0, out.stderr[-3000:]
   # --host_malloc=auto on the CPU backend: glibc's settings are in place before main runs
-  assert "main ran; parsed 1 time(s); SEED = 7 ; processes 1 ; malloc retains freed memory True" \
-      in out.stdout
+  assert ("main ran; parsed 1 time(s); SEED = 7 ; processes 1 ; malloc retains freed memory True"
+          " ; memory schedule True") in out.stdout
   system = _run_distributed(["--host_malloc=system"])
-  assert "; malloc retains freed memory False" in system.stdout, system.stderr[-3000:]
+  assert "; malloc retains freed memory False ; memory schedule False" in system.stdout, \
+      system.stderr[-3000:]
   bad = _run_distributed(["--coordinator_address=127.0.0.1:1234", "--num_processes=2",
                           "--process_id=2"])
   assert bad.returncode == 1 and "main ran" not in bad.stdout

@@ -34,7 +34,8 @@ def test_decode_profile_runs_under_the_benchmarks_malloc_settings(tmp_path):
       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.strip().splitlines()[-1])
-  assert result['host_malloc'] == dict(mode='auto', retains_freed_memory=True)
+  assert result['host_malloc'] == dict(mode='auto', retains_freed_memory=True,
+                                       xla_cpu_memory_schedule=True)
   assert result['precision'] == 'fp32' and result['mode'] == 'decode'
   # The thunks were found in the trace and attributed to the model's parts.
   assert result['xla_thunk_s_per_call'] > 0

@@ -53,6 +53,7 @@ def test_train_tiny(monkeypatch):
   assert len(ours['page_faults_per_step']) == 3 and min(ours['page_faults_per_step']) >= 0
   assert result['host_malloc']['peer'] == 'system'
   assert result['host_malloc']['t2t_glibc_tunables'] == 'glibc.malloc.arena_max=3'
+  assert result['host_malloc']['t2t_xla_cpu_memory_schedule'] is host_memory.memory_schedule()
   # Random tokens over a 128-id vocabulary: the first loss is near ln(128) ~ 4.85.
   assert 3.0 < ours['losses'][0] < 8.0
   assert result['peer_error'] == 'disabled with --no-peer'

@@ -71,3 +71,51 @@ def test_auto_applies_on_the_cpu_backend_and_the_tunables_do_what_mallopt_does()
 def test_an_unknown_mode_is_refused_with_the_flag_name():
   with pytest.raises(ValueError, match=r"--host_malloc must be one of auto, retain, system, got 'x'"):
     host_memory.configure("x")
+
+
+# Eight independent branches, each with a 1 MB temporary (tanh(x @ w), [256, 1024] float32):
+# scheduled for concurrency their temporaries are live together, for memory one after another.
+SCHEDULE_PROGRAM = """
+import json, os, sys
+from t2t.training import host_memory
+host_memory.configure(sys.argv[1])
+import jax, jax.numpy as jnp
+f = jax.jit(lambda x, ws: [jnp.tanh(x @ w) @ w.T for w in ws])
+x = jnp.ones((256, 256), jnp.float32)
+ws = [jnp.ones((256, 1024), jnp.float32) * i for i in range(8)]
+temp = f.lower(x, ws).compile().memory_analysis().temp_size_in_bytes
+print(json.dumps(dict(temp=temp, memory_schedule=host_memory.memory_schedule(),
+                      xla_flags=os.environ.get("XLA_FLAGS", ""))))
+"""
+
+
+def _temporaries(mode, xla_flags):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3", "XLA_FLAGS": xla_flags}
+  out = subprocess.run([sys.executable, "-c", SCHEDULE_PROGRAM, mode], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_cpu_modes_schedule_programs_for_least_memory_and_keep_a_users_choice():
+  flags = os.environ.get("XLA_FLAGS", "")
+  system, retain = _temporaries("system", flags), _temporaries("retain", flags)
+  assert not system["memory_schedule"] and retain["memory_schedule"]
+  assert retain["xla_flags"].startswith(flags)  # added to the flags already there
+  assert retain["temp"] <= 2 << 20 < 4 << 20 <= system["temp"], (retain, system)
+  own = f"{flags} --{host_memory.SCHEDULER_FLAG}=true"
+  kept = _temporaries("retain", own)
+  assert kept["xla_flags"] == own and not kept["memory_schedule"]
+  assert kept["temp"] == system["temp"]
+
+
+def test_the_users_scheduler_flag_is_read_as_xla_reads_it(monkeypatch):
+  name = host_memory.SCHEDULER_FLAG
+  for flags, expected in ((f"--{name}=false", True), (f"--{name}=0", True), (f"--{name}", False),
+                          (f"--{name}=false --{name}=true", False), (f"--{name}_x=false", None),
+                          ("", None)):
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    assert host_memory.memory_schedule() is bool(expected)
+    assert host_memory.schedule_for_memory() is (True if expected is None else expected)
+    assert os.environ["XLA_FLAGS"] == (flags if expected is not None
+                                       else f"{flags} --{name}=false".strip())

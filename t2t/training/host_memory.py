@@ -27,9 +27,9 @@ The same modes ask XLA:CPU to schedule each program for least memory instead of 
 unless `XLA_FLAGS` names that flag already). The arithmetic is the same, only the order of
 independent instructions and so which temporaries are live together: T5-small's bf16 gradient
 program needs 2.20 GB of temporaries instead of 2.69 and its update 0.07 GB instead of 0.48, so a
-cold first step touches ~0.65 GB fewer fresh pages, and beam search's loop, whose concurrent
-schedule this 2-core machine cannot use, runs ~10% faster (benchmarks/README.md, "XLA:CPU's
-memory-minimising schedule").
+cold first step touches ~0.65 GB fewer fresh pages; on the 2-core benchmark machine the train step
+was no slower and beam search ~10% faster (benchmarks/README.md, "XLA:CPU's memory-minimising
+schedule"). A child process inherits `XLA_FLAGS`, and with it the choice.
 
 The settings must be in place before JAX starts its backend: XLA:CPU's worker threads take a
 malloc arena of their own when they start, and an arena made before `M_ARENA_MAX = 1` keeps

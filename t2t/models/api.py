@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import seqio
 
-from t2t.models import decoding, layers
+from t2t.models import decoding, layers, small_dots
 from t2t.models import transformer as t5
 from t2t.models.transformer import Transformer
 
@@ -184,7 +184,8 @@ class EncoderDecoderModel:
     encoder_side, cache = split_encoder_side(cache)
 
     def tokens_to_logits(tokens: Array, cache: Any) -> tuple[Array, Any]:
-      logits, cache = run_decoder(tokens, _merged(cache, encoder_side))
+      with small_dots.weights_reused():   # traced once, run every decoding step
+        logits, cache = run_decoder(tokens, _merged(cache, encoder_side))
       return logits[:, -1, :], split_encoder_side(cache)[1]
 
     return self.decode_fn(tokens_to_logits, cache, batch_size, max_decode_length, rng=rng)

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import seqio
 
-from t2t.models import api, decoding, layers
+from t2t.models import api, decoding, layers, small_dots
 from t2t.models import transformer as t5
 
 Array = jax.Array
@@ -285,8 +285,9 @@ class DecoderOnlyModel:
     start = jnp.take_along_axis(tokens, last[:, None], axis=1)[:, 0]
 
     def tokens_to_logits(step_tokens: Array, cache: Any) -> tuple[Array, Any]:
-      logits, new = module.apply({**variables, 'cache': cache}, step_tokens, enable_dropout=False,
-                                 decode=True, mutable=['cache'])
+      with small_dots.weights_reused():   # traced once, run every decoding step
+        logits, new = module.apply({**variables, 'cache': cache}, step_tokens,
+                                   enable_dropout=False, decode=True, mutable=['cache'])
       return logits[:, -1, :], new['cache']
 
     return self.decode_fn(tokens_to_logits, cache, batch_size, max_decode_length, rng=rng,

@@ -12,6 +12,7 @@ norm, attention logits *not* scaled by 1/sqrt(d_kv) (the scaling lives in the qu
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Sequence
 
@@ -366,8 +367,7 @@ class MultiHeadAttention(nn.Module):
         bias = bias.reshape(rows, beams, *bias.shape[1:]).transpose(0, 2, 1, 3, 4)
         bias = bias.reshape(rows, bias.shape[1], beams * length, bias.shape[-1])
       fused = None
-      if self.matmul_dtype is not None and jnp.dtype(self.matmul_dtype) == jnp.bfloat16 and not (
-          enable_dropout and self.dropout_rate > 0):
+      if self._bf16_without_dropout(enable_dropout):
         fused = small_dots.cross_attention(query, key, value, bias)  # None: not on this machine
       if fused is not None:
         out = _cross_attention_rows(fused.astype(self.dtype), rows, beams, length)
@@ -387,6 +387,13 @@ class MultiHeadAttention(nn.Module):
         key = nn.with_logical_constraint(key, qkv_axes)
         value = nn.with_logical_constraint(value, qkv_axes)
         logits_spec, out_spec = 'bqhd,bkhd->bhqk', 'bhqk,bkhd->bqhd'
+        if self._bf16_without_dropout(enable_dropout):
+          reference = functools.partial(plain_attention, dtype=self.dtype,
+                                        matmul_dtype=self.matmul_dtype)
+          fused = small_dots.attention(query, key, value, bias, dtype=self.dtype,
+                                       reference=reference)   # None: not on this machine
+          if fused is not None:
+            return self._output_projection(fused, inputs_q)
 
     # A float32 cache of rounded values (`_for_cache` on a CPU): the same products, accumulated in
     # float32 like `matmul`'s, without converting the cache every step.
@@ -407,6 +414,12 @@ class MultiHeadAttention(nn.Module):
     if decode and cross_cache:
       out = _cross_attention_rows(out[:, :, :beams * length], rows, beams, length)
     return self._output_projection(out, inputs_q)
+
+  def _bf16_without_dropout(self, enable_dropout: bool) -> bool:
+    """Whether the attention's softmax is followed by no dropout and its matmuls take bf16
+    operands: then `small_dots` may compute it in one call."""
+    return (self.matmul_dtype is not None and jnp.dtype(self.matmul_dtype) == jnp.bfloat16
+            and not (enable_dropout and self.dropout_rate > 0))
 
   def _output_projection(self, out: Array, inputs_q: Array) -> Array:
     """out [b, q, heads, kv] -> [b, q, embed] by the 'out' DenseGeneral."""
@@ -461,6 +474,22 @@ class MultiHeadAttention(nn.Module):
     cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, start)
     index.value = index.value + 1
     return cached_key.value, cached_value.value, True
+
+
+def plain_attention(query: Array, key: Array, value: Array, bias: Array | None, *, dtype: DType,
+                    matmul_dtype: DType | None) -> Array:
+  """softmax(query key + bias) value, no dropout, as `MultiHeadAttention` computes it unfused.
+
+  query [b, q, h, d], key and value [b, k, h, d], bias broadcastable to [b, h, q, k] or None ->
+  [b, q, h, d] in `dtype`: logits in float32 from `matmul_dtype` operands, the softmax in float32,
+  the weights cast to `dtype` and rounded to `matmul_dtype` for the second product. The
+  reference `small_dots.attention` differentiates.
+  """
+  logits = matmul('bqhd,bkhd->bhqk', query, key, jnp.float32, matmul_dtype)
+  if bias is not None:
+    logits = logits + jnp.asarray(bias, jnp.float32)
+  weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
+  return matmul('bhqk,bkhd->bqhd', weights, value, dtype, matmul_dtype)
 
 
 def _cache_dtype(x: Array, matmul_dtype: DType | None) -> Array:

@@ -9,6 +9,8 @@
 //
 //   t2t_bf16_nn: A [M, K] x W [K, N] -> C [M, N]   (K even, N a multiple of 32)
 //   t2t_bf16_nt: A [M, K] x W [N, K] -> C [M, N]   (K a multiple of 32, N a multiple of 4)
+//   t2t_bf16_attention: softmax(q k + bias) v, q [B, H, Q, D], k [B, H, D, L], v [B, H, L, D]
+//     (D and L multiples of 32); the products are the NN tiles', so any Q.
 //
 // Products are accumulated in float32 by VDPBF16PS, two terms of the contraction at a time.
 #include <immintrin.h>
@@ -239,11 +241,13 @@ ffi::Error Matmul(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer w,
   return ffi::Error::Success();
 }
 
-// --- Encoder-decoder attention of a decoding step, fused -------------------------------------
-// For each (batch row, head): logits = q K + bias, softmax in float32, weights rounded to bf16,
-// out = weights V: the same operations and roundings as the unfused einsums, with the softmax
-// read from registers instead of three passes over [B, H, Q, L] arrays. The two products reuse
-// the NN tiles above (K [D, L] and V [L, D] are row-major right-hand operands).
+// --- Attention, fused: softmax(q k + bias) v ----------------------------------------------
+// For each (batch row, head) and block of query rows: logits = q K + bias, softmax in float32,
+// weights rounded to bf16, out = weights V: the same operations and roundings as the unfused
+// einsums, with the softmax read from a block of logits in cache instead of passes over
+// [B, H, Q, L] arrays. The two products reuse the NN tiles above (K [D, L] and V [L, D] are
+// row-major right-hand operands). Used for a decoding step's encoder-decoder attention over its
+// cache and for whole-sequence attention without dropout (the encoder at inference).
 
 // e^x for x <= 0 (as softmax needs): 2^n e^r with n = round(x log2 e), |r| <= ln2 / 2, and a
 // degree-7 Taylor polynomial (relative error < 1e-8); x below -104 gives 0, as expf does.
@@ -279,62 +283,69 @@ void SoftmaxToBf16(float* logits, const float* bias, uint16_t* weights, int L) {
     _mm512_storeu_ps(logits + i, e);
     vsum = _mm512_add_ps(vsum, e);
   }
-  const __m512 sum = _mm512_set1_ps(_mm512_reduce_add_ps(vsum));
+  // Times the sum's reciprocal, as XLA computes the softmax.
+  const __m512 inverse = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
   for (int i = 0; i < L; i += 16) {
-    const __m256bh w = _mm512_cvtneps_pbh(_mm512_div_ps(_mm512_loadu_ps(logits + i), sum));
+    const __m256bh w = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(logits + i), inverse));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(weights + i), (__m256i)w);
   }
 }
 
-ffi::Error CrossAttention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k,
-                          ffi::AnyBuffer v, ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> out) {
+constexpr int kBlockRows = 64;  // query rows whose logits [rows, L] one work item keeps in cache
+
+ffi::Error Attention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                     ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> out) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), bd = bias.dimensions();
   const auto od = out->dimensions();
-  const bool ranks = qd.size() == 4 && kd.size() == 4 && vd.size() == 4 && bd.size() == 3 &&
+  const bool ranks = qd.size() == 4 && kd.size() == 4 && vd.size() == 4 && bd.size() == 4 &&
                      od.size() == 4;
   if (!ranks || q.element_type() != ffi::DataType::BF16 ||
       k.element_type() != ffi::DataType::BF16 || v.element_type() != ffi::DataType::BF16 ||
       bias.element_type() != ffi::DataType::F32 || out->element_type() != ffi::DataType::F32) {
     return ffi::Error::InvalidArgument(
-        "t2t_bf16_cross_attention: expects bf16 q [B, H, Q, D], k [B, H, D, L], v [B, H, L, D], "
-        "float32 bias [B, Q, L] and a float32 result [B, H, Q, D]");
+        "t2t_bf16_attention: expects bf16 q [B, H, Q, D], k [B, H, D, L], v [B, H, L, D], "
+        "float32 bias [B or 1, H or 1, Q, L] and a float32 result [B, H, Q, D]");
   }
   const int B = int(qd[0]), H = int(qd[1]), Q = int(qd[2]), D = int(qd[3]), L = int(kd[3]);
   if (kd[0] != B || kd[1] != H || kd[2] != D || vd[0] != B || vd[1] != H || vd[2] != L ||
-      vd[3] != D || bd[0] != B || bd[1] != Q || bd[2] != L || od[0] != B || od[1] != H ||
-      od[2] != Q || od[3] != D || D % 32 != 0 || L % 32 != 0) {
+      vd[3] != D || (bd[0] != B && bd[0] != 1) || (bd[1] != H && bd[1] != 1) || bd[2] != Q ||
+      bd[3] != L || od[0] != B || od[1] != H || od[2] != Q || od[3] != D || D % 32 != 0 ||
+      L % 32 != 0) {
     return ffi::Error::InvalidArgument(
-        "t2t_bf16_cross_attention: shapes disagree, or D or L is not a multiple of 32");
+        "t2t_bf16_attention: shapes disagree, or D or L is not a multiple of 32");
   }
   const auto* Qp = static_cast<const uint16_t*>(q.untyped_data());
   const auto* Kp = static_cast<const uint16_t*>(k.untyped_data());
   const auto* Vp = static_cast<const uint16_t*>(v.untyped_data());
   const auto* Bp = static_cast<const float*>(bias.untyped_data());
   auto* Op = static_cast<float*>(out->untyped_data());
-  constexpr int kPairsPerChunk = 4;
-  const int pairs = B * H;
-  ParallelFor(pool, (pairs + kPairsPerChunk - 1) / kPairsPerChunk, [=](int chunk) {
+  const size_t bias_b = bd[0] == 1 ? 0 : size_t(bd[1]) * Q * L;
+  const size_t bias_h = bd[1] == 1 ? 0 : size_t(Q) * L;
+  const int blocks = (Q + kBlockRows - 1) / kBlockRows;
+  // One work item per (batch row, head, block of rows): a decoding step's items are small (one
+  // head's keys and values, 128 KB for T5-small), so the threads end within one of each other.
+  ParallelFor(pool, B * H * blocks, [=](int item) {
     thread_local std::vector<float> logits;
     thread_local std::vector<uint16_t> weights;
-    logits.resize(size_t(Q) * L);
-    weights.resize(size_t(Q) * L);
-    for (int pair = chunk * kPairsPerChunk; pair < std::min(pairs, (chunk + 1) * kPairsPerChunk);
-         ++pair) {
-      const int b = pair / H;
-      NNColumns(Qp + size_t(pair) * Q * D, Kp + size_t(pair) * D * L, logits.data(), Q, D, L, 0, L);
-      for (int row = 0; row < Q; ++row) {
-        SoftmaxToBf16(logits.data() + size_t(row) * L, Bp + (size_t(b) * Q + row) * L,
-                      weights.data() + size_t(row) * L, L);
-      }
-      NNColumns(weights.data(), Vp + size_t(pair) * L * D, Op + size_t(pair) * Q * D, Q, L, D, 0, D);
+    logits.resize(size_t(std::min(Q, kBlockRows)) * L);
+    weights.resize(size_t(std::min(Q, kBlockRows)) * L);
+    const int pair = item / blocks, r0 = (item % blocks) * kBlockRows;
+    const int b = pair / H, h = pair % H, rows = std::min(kBlockRows, Q - r0);
+    const size_t first = size_t(pair) * Q + r0;
+    NNColumns(Qp + first * D, Kp + size_t(pair) * D * L, logits.data(), rows, D, L, 0, L);
+    const float* bias_rows = Bp + b * bias_b + h * bias_h + size_t(r0) * L;
+    for (int row = 0; row < rows; ++row) {
+      SoftmaxToBf16(logits.data() + size_t(row) * L, bias_rows + size_t(row) * L,
+                    weights.data() + size_t(row) * L, L);
     }
+    NNColumns(weights.data(), Vp + size_t(pair) * L * D, Op + first * D, rows, L, D, 0, D);
   });
   return ffi::Error::Success();
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_bf16_cross_attention, CrossAttention,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_bf16_attention, Attention,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()

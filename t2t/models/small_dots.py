@@ -16,10 +16,14 @@ compiled from `small_dots.cc` with the system's C++ compiler on first use and ke
 warns once and uses XLA's dot. `T2T_SMALL_DOTS=0` turns the kernel off.
 
 `cross_attention(query, key, value, bias)` does the same for a decoding step's encoder-decoder
-attention over its bf16 cache (`MultiHeadAttention`): both products and the softmax in one call.
+attention over its bf16 cache (`MultiHeadAttention`): both products and the softmax in one call;
+`attention(...)` for whole-sequence attention without dropout (the encoder at inference), with
+XLA's gradient when differentiated.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import functools
 import hashlib
@@ -32,12 +36,14 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 Array = jax.Array
+DType = Any
 
 MAX_ROWS = 64
 NN_CHUNK_COLUMNS = 128   # columns of W [K, N] per work item shared among threads
@@ -122,7 +128,7 @@ def _load_once() -> ctypes.CDLL | None:
     warnings.warn(f't2t.models.small_dots: the small-matmul kernel is off, XLA\'s dot is used '
                   f'instead ({e}). Set {SWITCH}=0 to silence this.', RuntimeWarning, stacklevel=4)
     return None
-  for name in ('t2t_bf16_nn', 't2t_bf16_nt', 't2t_bf16_cross_attention'):
+  for name in ('t2t_bf16_nn', 't2t_bf16_nt', 't2t_bf16_attention'):
     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform='cpu')
   return lib
 
@@ -154,6 +160,25 @@ def _single_cpu_device() -> bool:
   return jax.default_backend() == 'cpu' and jax.device_count() == 1
 
 
+_REUSED = contextvars.ContextVar('t2t_small_dots_weights_reused', default=False)
+
+
+@contextlib.contextmanager
+def weights_reused():
+  """Products traced inside are repeated over unchanged weights: a decoding loop's step.
+
+  There a weight W [K, N] is handed to the kernel transposed, as W^T [N, K]: the transpose does
+  not depend on the loop's state, so XLA computes it once, before the loop (its loop-invariant
+  code motion), and every step reads whole rows of W^T instead of [K, N] tiles whose rows lie
+  N elements apart. Outside a loop the transpose would cost more than the product saves.
+  """
+  token = _REUSED.set(True)
+  try:
+    yield
+  finally:
+    _REUSED.reset(token)
+
+
 def dot(spec: str, a: Array, b: Array) -> Array | None:
   """einsum(spec, a, b) in float32 by the kernel, or None where the kernel does not apply.
 
@@ -180,8 +205,11 @@ def dot(spec: str, a: Array, b: Array) -> Array | None:
   if rows == 0 or rows > MAX_ROWS or width == 0:
     return None
   a_contracted = tuple(a.shape[len(a_free):])   # mismatched sizes: left to einsum's error
-  if (b_spec == contracted + b_free and depth % 2 == 0 and width % 32 == 0
-      and tuple(b.shape[:len(contracted)]) == a_contracted):
+  b_leads = b_spec == contracted + b_free and tuple(b.shape[:len(contracted)]) == a_contracted
+  if b_leads and _REUSED.get() and depth % 32 == 0 and width % 4 == 0:
+    # In a decoding loop's body: W^T, computed once before the loop (`weights_reused`).
+    target, w, chunk = 't2t_bf16_nt', b.reshape(depth, width).T, NT_CHUNK_ROWS
+  elif b_leads and depth % 2 == 0 and width % 32 == 0:
     target, w, chunk = 't2t_bf16_nn', b.reshape(depth, width), NN_CHUNK_COLUMNS
   elif (b_spec == b_free + contracted and depth % 32 == 0 and width % 4 == 0
         and tuple(b.shape[len(b_free):]) == a_contracted):
@@ -196,6 +224,30 @@ def dot(spec: str, a: Array, b: Array) -> Array | None:
   return result.reshape(a.shape[:len(a_free)] + tuple(b.shape[b_spec.index(c)] for c in b_free))
 
 
+def _attention_call(query: Array, key: Array, value: Array, bias: Array | None) -> Array:
+  """The kernel's softmax(q k + bias) v: query [B, H, Q, D], key [B, H, D, L], value [B, H, L, D]
+  bf16, bias float32 broadcastable to [B, H, Q, L] (None: none) -> float32 [B, H, Q, D]."""
+  b, h, q, _ = query.shape
+  length = key.shape[-1]
+  if bias is None:
+    bias = jnp.zeros((1, 1, q, length), jnp.float32)
+  else:
+    bias = jnp.asarray(bias, jnp.float32)
+    bias = jnp.broadcast_to(bias, (bias.shape[0], bias.shape[1], q, length))
+  return jax.ffi.ffi_call('t2t_bf16_attention', jax.ShapeDtypeStruct(query.shape, jnp.float32),
+                          vmap_method='sequential')(query.astype(jnp.bfloat16), key, value, bias)
+
+
+def _bias_fits(bias: Array | None, b: int, h: int, q: int, length: int) -> bool:
+  """Whether `bias` is None or a 4-D array broadcastable to [b, h, q, length] whose first two
+  dimensions are full or 1 (the kernel strides over those two and takes [q, length] rows)."""
+  if bias is None:
+    return True
+  shape = jnp.shape(bias)
+  return (len(shape) == 4 and shape[0] in (1, b) and shape[1] in (1, h)
+          and shape[2] in (1, q) and shape[3] in (1, length))
+
+
 def cross_attention(query: Array, key: Array, value: Array, bias: Array | None) -> Array | None:
   """A decoding step's encoder-decoder attention in one kernel call, or None where it can't run.
 
@@ -203,26 +255,60 @@ def cross_attention(query: Array, key: Array, value: Array, bias: Array | None) 
   encoder cache's layouts, `layers.encoder_cache_entry`), bias broadcastable to [B, 1, Q, L]
   (the padding mask's; None for none). Returns float32 [B, H, Q, D]: softmax(q k + bias) v with
   the logits and the product accumulated in float32 and the weights rounded to bf16, as
-  `MultiHeadAttention` computes it unfused. D and L must be multiples of 32, Q <= MAX_ROWS.
+  `MultiHeadAttention` computes it unfused. D and L must be multiples of 32.
   """
   if key.dtype != jnp.bfloat16 or value.dtype != jnp.bfloat16 or query.ndim != 4:
     return None
   b, h, q, d = query.shape
   length = key.shape[-1]
   if (key.shape != (b, h, d, length) or value.shape != (b, h, length, d) or d % 32
-      or length % 32 or not 0 < q <= MAX_ROWS):
+      or length % 32 or q == 0 or not _bias_fits(bias, b, h, q, length)):
     return None
-  if bias is None:
-    bias = jnp.zeros((b, q, length), jnp.float32)
-  else:
-    bias = jnp.asarray(bias, jnp.float32)
-    if bias.ndim != 4 or bias.shape[1] != 1:
-      return None
-    try:
-      bias = jnp.broadcast_to(bias, (b, 1, q, length)).reshape(b, q, length)
-    except ValueError:
-      return None
   if not _single_cpu_device() or _library() is None:
     return None
-  return jax.ffi.ffi_call('t2t_bf16_cross_attention', jax.ShapeDtypeStruct(query.shape, jnp.float32),
-                          vmap_method='sequential')(query.astype(jnp.bfloat16), key, value, bias)
+  return _attention_call(query, key, value, bias)
+
+
+def attention(query: Array, key: Array, value: Array, bias: Array | None, *, dtype: DType,
+              reference: Callable[[Array, Array, Array, Array | None], Array]) -> Array | None:
+  """Whole-sequence attention without dropout by the kernel, or None where it can't run.
+
+  query [b, q, h, d], key and value [b, k, h, d] (any float dtype; rounded to bf16 here), bias
+  broadcastable to [b, h, q, k] with 4 dimensions (the relative position bias and the mask) or
+  None. Returns softmax(q k + bias) v, [b, q, h, d] in `dtype`, computed as `reference` (the
+  unfused einsums with bf16 operands, float32 logits and softmax, bf16 weights) computes it,
+  up to float32 rounding. Under differentiation the forward and backward are `reference`'s (a
+  `custom_vjp`): the kernel has no backward, so training with dropout 0 is exactly XLA's.
+  The encoder at inference is the case it is for (benchmarks/README.md, "The encoder's
+  attention").
+  """
+  if query.ndim != 4 or key.ndim != 4:
+    return None
+  b, q, h, d = query.shape
+  length = key.shape[1]
+  if (key.shape != (b, length, h, d) or value.shape != key.shape or d % 32 or length % 32
+      or q == 0 or not _bias_fits(bias, b, h, q, length)):
+    return None
+  if not _single_cpu_device() or _library() is None:
+    return None
+  return _kernel_forward(reference, jnp.dtype(dtype), query, key, value, bias)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _kernel_forward(reference, dtype, query, key, value, bias):
+  out = _attention_call(jnp.swapaxes(query, 1, 2).astype(jnp.bfloat16),
+                        jnp.transpose(key, (0, 2, 3, 1)).astype(jnp.bfloat16),
+                        jnp.swapaxes(value, 1, 2).astype(jnp.bfloat16), bias)
+  return jnp.swapaxes(out, 1, 2).astype(dtype)
+
+
+def _kernel_forward_fwd(reference, dtype, query, key, value, bias):
+  out, pullback = jax.vjp(reference, query, key, value, bias)
+  return out.astype(dtype), pullback
+
+
+def _kernel_forward_bwd(reference, dtype, pullback, ct):
+  return pullback(ct)
+
+
+_kernel_forward.defvjp(_kernel_forward_fwd, _kernel_forward_bwd)

@@ -1,5 +1,7 @@
 """Tests for t2t.models.small_dots: the few-row bf16 matmul kernel against XLA's dot, where it
 applies and where it declines, and a bf16 model decoding the same tokens with it as without."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -100,6 +102,40 @@ def test_matmul_routes_few_rows_to_the_kernel_and_keeps_xla_gradients(monkeypatc
 
 
 @needs_kernel
+def test_weights_reused_in_a_loop_are_transposed_once_before_it():
+  """Under `weights_reused` a [K, N] weight goes to the NT kernel as W^T; in a loop's body XLA
+  hoists that transpose, so the compiled body reads the weight as the loop carries it."""
+  import re
+  w = _operands(4, (1, 1), (64, 96))[1]
+
+  def loop(x, w, reused):
+    def body(i, x):
+      if reused:
+        with small_dots.weights_reused():
+          y = small_dots.dot('mk,kn->mn', x.astype(jnp.bfloat16), w)
+      else:
+        y = small_dots.dot('mk,kn->mn', x.astype(jnp.bfloat16), w)
+      return jnp.tanh(y)[:, :64]
+    return jax.lax.fori_loop(0, 5, body, x)
+
+  x = jnp.asarray(np.random.default_rng(4).normal(size=(8, 64)), jnp.float32)
+  compiled = jax.jit(functools.partial(loop, reused=True)).lower(x, w).compile().as_text()
+  body_name = re.search(r'body=(%[\w.\-]+)', compiled).group(1)
+  body = re.search(re.escape(body_name) + r' .*?\n}', compiled, re.S).group(0)
+  assert 't2t_bf16_nt' in body and 't2t_bf16_nn' not in body
+  assert 'transpose' not in body and ' copy(' not in body   # W^T made once, outside the body
+  assert not small_dots._REUSED.get()                      # the context ends with its block
+  # One step against the NN kernel (over five, a float32 ulp can flip the next step's rounding).
+  x = x.astype(jnp.bfloat16).astype(jnp.float32)
+  with small_dots.weights_reused():
+    got = small_dots.dot('mk,kn->mn', x.astype(jnp.bfloat16), w)
+  want = small_dots.dot('mk,kn->mn', x.astype(jnp.bfloat16), w)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0,
+                             atol=2e-6 * float(jnp.max(jnp.abs(want))))
+  assert np.all(np.isfinite(np.asarray(jax.jit(functools.partial(loop, reused=True))(x, w))))
+
+
+@needs_kernel
 def test_kernel_under_vmap():
   a, b = _operands(3, (5, 8, 64), (64, 32))
   got = jax.vmap(lambda x: small_dots.dot('mk,kn->mn', x, b))(a)
@@ -129,7 +165,11 @@ def test_bf16_model_decodes_the_same_tokens_with_and_without_the_kernel(monkeypa
   hlo_on, tokens_on = decode()
   monkeypatch.setenv(small_dots.SWITCH, '0')
   hlo_off, tokens_off = decode()
-  assert all(f't2t_bf16_{k}' in hlo_on for k in ('nn', 'nt', 'cross_attention'))
+  assert all(f't2t_bf16_{k}' in hlo_on for k in ('nt', 'attention'))
+  # Every [K, N] weight of the decoding step reaches the kernel transposed (`weights_reused`).
+  assert 't2t_bf16_nn' not in hlo_on
+  # The encoder's two self-attentions and the decoder's two cached cross-attentions.
+  assert hlo_on.count('custom_call @t2t_bf16_attention') == 4
   assert 't2t_bf16_n' not in hlo_off
   assert np.asarray(tokens_on).shape == (4, 8)
   np.testing.assert_array_equal(np.asarray(tokens_on), np.asarray(tokens_off))
@@ -150,6 +190,7 @@ def _reference_cross_attention(query, key, value, bias):
     (2, 3, 1, 32, 64, True),     # a greedy step; the second row's last 40 positions are padding
     (2, 2, 4, 64, 96, True),     # beam search: four beams' queries against one cache row
     (1, 1, 9, 32, 32, False),    # more query rows than one NN tile, no bias
+    (1, 2, 70, 32, 64, True),    # more query rows than the kernel's block of 64
 ])
 def test_cross_attention_matches_the_unfused_attention(b, h, q, d, length, masked):
   rng = np.random.default_rng(7)
@@ -162,7 +203,7 @@ def test_cross_attention_matches_the_unfused_attention(b, h, q, d, length, maske
     valid[-1, ..., length - 40:] = False
     bias = layers.mask_to_bias(jnp.asarray(valid))
   fn = lambda *args: small_dots.cross_attention(*args)
-  assert 't2t_bf16_cross_attention' in jax.jit(fn).lower(query, key, value, bias).as_text()
+  assert 't2t_bf16_attention' in jax.jit(fn).lower(query, key, value, bias).as_text()
   got = np.asarray(jax.jit(fn)(query, key, value, bias))
   want = np.asarray(_reference_cross_attention(query, key, value, bias))
   assert got.shape == (b, h, q, d)
@@ -180,8 +221,107 @@ def test_cross_attention_declines_what_it_does_not_handle():
   v = jnp.zeros((2, 2, 64, 32), jnp.bfloat16)
   assert small_dots.cross_attention(q, k.astype(jnp.float32), v, None) is None   # float32 cache
   assert small_dots.cross_attention(q, k[..., :48], v[:, :, :48], None) is None  # L = 48
-  assert small_dots.cross_attention(q, k, v, jnp.zeros((2, 2, 1, 64))) is None   # per-head bias
-  assert small_dots.cross_attention(jnp.zeros((2, 2, 65, 32)), k, v, None) is None  # 65 rows
+  assert small_dots.cross_attention(q, k, v, jnp.zeros((2, 1, 64))) is None      # 3-D bias
+  assert small_dots.cross_attention(q, k, v, jnp.zeros((2, 3, 1, 64))) is None   # 3 heads of bias
+
+
+def _attention_operands(seed, b, q, length, h, d, masked):
+  """query [b, q, h, d], key/value [b, length, h, d] float32, and T5's combined bias: a
+  per-head [1, h, q, length] part (the relative positions') plus, if masked, the padding mask's
+  [b, 1, q, length] with the last row's final third of the keys masked."""
+  rng = np.random.default_rng(seed)
+  query, key, value = (jnp.asarray(rng.normal(size=shape), jnp.float32)
+                       for shape in ((b, q, h, d), (b, length, h, d), (b, length, h, d)))
+  bias = jnp.asarray(rng.normal(size=(1, h, q, length)), jnp.float32)
+  if masked:
+    valid = np.ones((b, 1, q, length), bool)
+    valid[-1, ..., 2 * length // 3:] = False
+    bias = bias + layers.mask_to_bias(jnp.asarray(valid))
+  return query, key, value, bias
+
+
+def _kernel_attention(dtype=jnp.float32):
+  reference = functools.partial(layers.plain_attention, dtype=dtype, matmul_dtype=jnp.bfloat16)
+  return (lambda q, k, v, bias: small_dots.attention(q, k, v, bias, dtype=dtype,
+                                                     reference=reference)), reference
+
+
+@needs_kernel
+@pytest.mark.parametrize('b,q,length,h,d,masked', [
+    (2, 64, 96, 2, 32, True),    # cross-attention without a cache: q != length
+    (1, 130, 128, 3, 64, True),  # two blocks of 64 query rows and a remainder of 2
+    (2, 32, 32, 1, 32, False),
+])
+def test_attention_matches_the_unfused_attention(b, q, length, h, d, masked):
+  query, key, value, bias = _attention_operands(11, b, q, length, h, d, masked)
+  fused, reference = _kernel_attention()
+  assert 't2t_bf16_attention' in jax.jit(fused).lower(query, key, value, bias).as_text()
+  got = np.asarray(jax.jit(fused)(query, key, value, bias))
+  want = np.asarray(jax.jit(reference)(query, key, value, bias))
+  assert got.shape == (b, q, h, d) and got.dtype == np.float32
+  # As for the cross-attention: a bf16 ulp of one weight is the scale of a difference.
+  np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * float(np.max(np.abs(want))))
+  if masked:   # the masked keys get exactly zero weight
+    poisoned = value.at[-1, 2 * length // 3:].set(1e4)
+    np.testing.assert_array_equal(np.asarray(jax.jit(fused)(query, key, poisoned, bias)), got)
+
+
+@needs_kernel
+def test_attention_is_differentiated_as_the_reference(monkeypatch):
+  """The kernel has no backward: under jax.grad the forward and backward are the reference's, so
+  a bf16 attention trained with dropout 0 gets XLA's gradients exactly (the bias's too: T5's
+  relative position embedding learns through it)."""
+  module = layers.MultiHeadAttention(num_heads=2, d_kv=32, matmul_dtype=jnp.bfloat16)
+  _, _, _, bias = _attention_operands(12, 2, 32, 32, 2, 32, True)
+  x = jnp.asarray(np.random.default_rng(12).normal(size=(2, 32, 48)), jnp.float32)
+  params = module.init(jax.random.PRNGKey(0), x, x, bias, enable_dropout=False)
+
+  def loss_and_grads():
+    loss = lambda p, x, bias: jnp.sum(jnp.sin(module.apply(p, x, x, bias, enable_dropout=True)))
+    fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
+    return 't2t_bf16_attention' in jax.jit(loss).lower(params, x, bias).as_text(), fn(params, x, bias)
+
+  fused, got = loss_and_grads()
+  monkeypatch.setenv(small_dots.SWITCH, '0')
+  unfused, want = loss_and_grads()
+  assert fused and not unfused   # the loss alone (no gradient) runs the kernel
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_attention_declines_what_it_does_not_handle():
+  fused, _ = _kernel_attention()
+  query, key, value, bias = _attention_operands(13, 2, 8, 64, 2, 32, True)
+  assert fused(query, key[:, :48], value[:, :48], bias[..., :48]) is None    # length 48
+  assert fused(query[..., :16], key[..., :16], value[..., :16], bias) is None  # d_kv 16
+  assert fused(query, key, value, bias[0]) is None                             # 3-D bias
+  assert fused(query, key, value[:, :32], bias) is None                        # keys != values
+
+
+@needs_kernel
+@pytest.mark.parametrize('dropout_rate,enable_dropout,fused', [
+    (0.1, False, True),   # inference: no dropout
+    (0.0, True, True),    # training with dropout 0
+    (0.1, True, False),   # dropout on the weights: XLA's unfused attention
+])
+def test_multi_head_attention_uses_the_kernel_without_dropout(dropout_rate, enable_dropout,
+                                                             fused, monkeypatch):
+  module = layers.MultiHeadAttention(num_heads=2, d_kv=32, dropout_rate=dropout_rate,
+                                     matmul_dtype=jnp.bfloat16)
+  rng = np.random.default_rng(14)
+  x = jnp.asarray(rng.normal(size=(2, 32, 48)), jnp.float32)
+  bias = jnp.asarray(rng.normal(size=(1, 2, 32, 32)), jnp.float32)
+  params = module.init(jax.random.PRNGKey(0), x, x, bias, enable_dropout=False)
+  apply = lambda p, x: module.apply(p, x, x, bias, enable_dropout=enable_dropout,
+                                    rngs={'dropout': jax.random.PRNGKey(1)})
+  assert ('t2t_bf16_attention' in jax.jit(apply).lower(params, x).as_text()) == fused
+  got = jax.jit(apply)(params, x)
+  monkeypatch.setenv(small_dots.SWITCH, '0')
+  apply = lambda p, x: module.apply(p, x, x, bias, enable_dropout=enable_dropout,
+                                    rngs={'dropout': jax.random.PRNGKey(1)})
+  want = jax.jit(apply)(params, x)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0,
+                             atol=4e-3 * float(jnp.max(jnp.abs(want))))
 
 
 def test_build_reports_the_compiler_error(tmp_path, monkeypatch):

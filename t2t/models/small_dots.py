@@ -18,7 +18,8 @@ warns once and uses XLA's dot. `T2T_SMALL_DOTS=0` turns the kernel off.
 `cross_attention(query, key, value, bias)` does the same for a decoding step's encoder-decoder
 attention over its bf16 cache (`MultiHeadAttention`): both products and the softmax in one call;
 `attention(...)` for whole-sequence attention without dropout (the encoder at inference), with
-XLA's gradient when differentiated.
+XLA's gradient when differentiated. Inside `weights_reused()` (a decoding step) a [K, N] weight is
+given to the kernel transposed, a transpose XLA computes once before the decoding loop.
 """
 from __future__ import annotations
 

@@ -171,11 +171,11 @@ def _train_program(config, batch: int, enc_len: int, dec_len: int):
   with trainer.partitioner.activation_context():
     batch = trainer.partitioner.shard_batch(data)
     if not trainer.split_update:
-      return step, [trainer._train_step.lower(state[0], batch, trainer.dropout_rng)
-                    .compile().as_text()]
+      return step, [trainer._train_step.lower(state[0], batch, trainer.dropout_rng,
+                                              trainer.dropout_rows).compile().as_text()]
     # The step's two programs (Trainer.split_update): the gradient, then the optimizer update.
     grads = trainer._gradient_step.lower(state[0].params, state[0].step, batch,
-                                         trainer.dropout_rng)
+                                         trainer.dropout_rng, trainer.dropout_rows)
     loss = jax.ShapeDtypeStruct((), jax.numpy.float32)
     update = trainer._update_step.lower(state[0], trainer.params_abstract, loss)
   return step, [grads.compile().as_text(), update.compile().as_text()]

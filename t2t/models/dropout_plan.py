@@ -14,7 +14,13 @@ vectorised `fold_in` for all sites and one vectorised generator per (mask shape,
    SHA-1 of the suffix, `site_hash`), and each group of sites with one shape and rate gets its
    masks from one `vmap` of `layers.dropout_keep_mask`;
 3. the loss function runs again with the masks at hand; `layers.Dropout` takes its site's mask
-   from the plan (`site_mask`) instead of deriving it.
+   from the plan (`site_mask`) instead of deriving it. A site's mask is its row of the group's
+   masks, taken at an index the program receives as an argument (`row_arguments`), not at a
+   constant one. XLA fuses that slice into each of the mask's consumers; with a constant row,
+   the consumers of like sites in different layers differ in nothing but that constant and
+   compile as a kernel each, while with the row a runtime scalar they are one kernel, compiled
+   once (T5-small's bf16 gradient program: 232 kernels -> 130, ~2 s less compile;
+   benchmarks/README.md, "One kernel for every layer's dropout").
 
 The keys, and so the masks, are bit for bit those of the sites deriving their own
 (tests/models/test_dropout_plan.py), so a run's losses do not change. Sites whose key is not the
@@ -34,6 +40,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence, TypeVar
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from t2t.models import philox
 
@@ -84,6 +91,10 @@ class _Plan:
   masks: dict[Site, Array]
 
 
+# How many row indices `row_arguments` makes by default: more than the largest group of sites of
+# one shape and rate in T5 up to 24 layers a stack (T5-small's largest: 20 sites).
+ROW_ARGUMENTS = 128
+
 _ACTIVE: contextvars.ContextVar[_Recording | _Plan | None] = contextvars.ContextVar(
     't2t_dropout_plan', default=None)
 
@@ -126,12 +137,24 @@ def site_mask(scope: Any, collection: str, rate: float, shape: tuple[int, ...]) 
   return state.masks[site]
 
 
-def planned_masks(rng: Array, sites: Sequence[Site], mask_fn: MaskFn) -> dict[Site, Array]:
+def row_arguments(count: int = ROW_ARGUMENTS, sharding: Any = None) -> tuple[Array, ...]:
+  """The int32 scalars 0, 1, ..., count - 1 on `sharding`, to pass into a jitted loss as `rows`.
+
+  Inside the program they are runtime values, so `planned_masks` slices a group's masks at an
+  index XLA cannot fold into the consumers' kernels (module docstring, step 3).
+  """
+  return tuple(jax.device_put(np.asarray(row, np.int32), sharding) for row in range(count))
+
+
+def planned_masks(rng: Array, sites: Sequence[Site], mask_fn: MaskFn,
+                  rows: Sequence[Array] = ()) -> dict[Site, Array]:
   """Each site's keep mask: `mask_fn(fold_in(rng, site_hash(suffix)), rate, shape)[0]`, batched.
 
   One `vmap`-ed `fold_in` derives every site's key; one `vmap`-ed `mask_fn` per (shape, rate)
-  makes that group's masks, [sites in group, *shape], which are then sliced per site. A site
-  listed twice (a module applied twice with the same rng) gets one mask, as it would itself.
+  makes that group's masks, [sites in group, *shape], and the i-th site of a group takes row i:
+  at index `rows[i]` (a traced int32 scalar holding i, `row_arguments`) where there is one, else
+  at the constant i (the same mask, one kernel per site for its consumers). A site listed twice
+  (a module applied twice with the same rng) gets one mask, as it would itself.
   """
   sites = list(dict.fromkeys(sites))
   hashes = jnp.asarray([site_hash(site.suffix) for site in sites], jnp.uint32)
@@ -144,7 +167,8 @@ def planned_masks(rng: Array, sites: Sequence[Site], mask_fn: MaskFn) -> dict[Si
     group_keys = keys[jnp.asarray(members)] if len(members) < len(sites) else keys
     stacked = jax.vmap(lambda key: mask_fn(key, rate, shape)[0])(group_keys)
     for row, index in enumerate(members):
-      masks[sites[index]] = stacked[row]
+      masks[sites[index]] = (jax.lax.dynamic_index_in_dim(stacked, rows[row], keepdims=False)
+                             if row < len(rows) else stacked[row])
   return masks
 
 
@@ -165,9 +189,11 @@ def recorded_sites(loss_fn: Callable[..., Any], params: Any, batch: Any, rng: Ar
   return recording.sites
 
 
-def with_planned_masks(loss_fn: Callable[..., T], mask_fn: MaskFn) -> Callable[..., T]:
+def with_planned_masks(loss_fn: Callable[..., T], mask_fn: MaskFn,
+                       rows: Sequence[Array] = ()) -> Callable[..., T]:
   """`loss_fn(params, batch, rng)` with its dropout masks planned (see the module docstring).
 
+  `rows`: the program's `row_arguments` (traced), at which each group's masks are sliced.
   Without an rng (no dropout), with a key that is not Philox-4x32, or when the loss function
   draws no dropout from `rng` directly, it is `loss_fn` as it is.
   """
@@ -178,7 +204,7 @@ def with_planned_masks(loss_fn: Callable[..., T], mask_fn: MaskFn) -> Callable[.
     sites = recorded_sites(loss_fn, params, batch, rng)
     if not sites:
       return loss_fn(params, batch, rng)
-    with _active(_Plan(root=rng, masks=planned_masks(rng, sites, mask_fn))):
+    with _active(_Plan(root=rng, masks=planned_masks(rng, sites, mask_fn, rows))):
       return loss_fn(params, batch, rng)
 
   return planned

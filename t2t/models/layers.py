@@ -263,13 +263,15 @@ def dropout_keep_prob(rate: float) -> float:
   return 1.0 - int(round(rate * 2 ** DROPOUT_BITS)) / 2 ** DROPOUT_BITS
 
 
-def with_planned_dropout(loss_fn: Callable[..., Any]) -> Callable[..., Any]:
+def with_planned_dropout(loss_fn: Callable[..., Any], rows: Sequence[Array] = ()
+                         ) -> Callable[..., Any]:
   """`loss_fn(params, batch, rng)` whose `Dropout` sites take masks made up front, in batches.
 
   Same masks as the sites would make themselves, from fewer kernels: see
-  t2t/models/dropout_plan.py (`with_planned_masks`).
+  t2t/models/dropout_plan.py (`with_planned_masks`; `rows`: the program's
+  `dropout_plan.row_arguments`).
   """
-  return dropout_plan.with_planned_masks(loss_fn, dropout_keep_mask)
+  return dropout_plan.with_planned_masks(loss_fn, dropout_keep_mask, rows)
 
 
 class Dropout(nn.Module):

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 
 from t2t import errors
-from t2t.models import layers, philox
+from t2t.models import dropout_plan, layers, philox
 from t2t.training import adaptation, partitioning, reporting
 from t2t.training.partitioning import Partitioner
 
@@ -94,8 +94,8 @@ def dropout_key_impl(dropout_prng: str, partitioner: Partitioner) -> Any:
 
 def gradient_step(model: Any, trainable: Any, params: Any, step: jax.Array,
                   batch: Mapping[str, jax.Array], dropout_rng: jax.Array,
-                  num_microbatches: int = 1, plan_dropout: bool = True
-                  ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+                  dropout_rows: Sequence[jax.Array] = (), num_microbatches: int = 1,
+                  plan_dropout: bool = True) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
   """The loss's gradient on one batch: (grads like params, loss [], the loss's metrics).
 
   `trainable` (a static bool tree like the params, `adaptation.trainable_mask`) says which
@@ -104,10 +104,13 @@ def gradient_step(model: Any, trainable: Any, params: Any, step: jax.Array,
   that many slices of the batch (`accumulated_gradients`) and equals the whole batch's. With
   `plan_dropout` the loss's dropout masks are made up front, all keys in one kernel and one
   generator per mask shape (`layers.with_planned_dropout`): the same masks as each site would
-  draw, compiled faster.
+  draw, compiled faster; `dropout_rows` (`dropout_plan.row_arguments`, passed in so that they
+  are runtime values) are the indices at which each site takes its mask, so that XLA compiles
+  one kernel for the like sites of all layers.
   """
   rng = jax.random.fold_in(dropout_rng, step)
-  loss_fn = layers.with_planned_dropout(model.loss_fn) if plan_dropout else model.loss_fn
+  loss_fn = (layers.with_planned_dropout(model.loss_fn, dropout_rows) if plan_dropout
+             else model.loss_fn)
   if num_microbatches == 1:
     grad_fn = adaptation.value_and_grad_trainable(loss_fn, trainable)
     (loss, metrics), grads = grad_fn(params, batch, rng)
@@ -148,15 +151,15 @@ def update_step(optimizer: optax.GradientTransformation, state: TrainState, grad
 
 def train_step(model: Any, optimizer: optax.GradientTransformation, trainable: Any,
                state: TrainState, batch: Mapping[str, jax.Array], dropout_rng: jax.Array,
-               num_microbatches: int = 1, plan_dropout: bool = True
-               ) -> tuple[TrainState, dict[str, jax.Array]]:
+               dropout_rows: Sequence[jax.Array] = (), num_microbatches: int = 1,
+               plan_dropout: bool = True) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer step on one batch: `gradient_step`, then `update_step`; returns the new state
   and the step's metrics (the loss's, `grad_norm` and `nonfinite_steps`).
 
   `Trainer` runs the two parts as two programs (`Trainer.split_update`) or this function as one.
   """
   grads, loss, metrics = gradient_step(model, trainable, state.params, state.step, batch,
-                                       dropout_rng, num_microbatches, plan_dropout)
+                                       dropout_rng, dropout_rows, num_microbatches, plan_dropout)
   new_state, update_metrics = update_step(optimizer, state, grads, loss)
   return new_state, {**metrics, **update_metrics}
 
@@ -279,6 +282,8 @@ class Trainer:
       partitioner.check_batch_size(batch_size, num_microbatches)
     self._init_rng = jax.random.PRNGKey(seed)
     self.dropout_rng = jax.random.key(seed + 1, impl=dropout_key_impl(dropout_prng, partitioner))
+    self.dropout_rows = (dropout_plan.row_arguments(sharding=partitioner.replicated)
+                         if plan_dropout else ())
 
     def init(rng):
       return model.get_initial_variables(rng, dict(input_shapes))["params"]
@@ -301,13 +306,13 @@ class Trainer:
     self._train_step = jax.jit(
         functools.partial(train_step, model, optimizer, trainable,
                           num_microbatches=num_microbatches, plan_dropout=plan_dropout),
-        in_shardings=(self.state_shardings, data, rep),
+        in_shardings=(self.state_shardings, data, rep, rep),
         out_shardings=(self.state_shardings, rep),
         donate_argnums=(0,))
     self._gradient_step = jax.jit(
         functools.partial(gradient_step, model, trainable,
                           num_microbatches=num_microbatches, plan_dropout=plan_dropout),
-        in_shardings=(self.params_shardings, rep, data, rep),
+        in_shardings=(self.params_shardings, rep, data, rep, rep),
         out_shardings=(self.params_shardings, rep, rep))
     self._update_step = jax.jit(functools.partial(update_step, optimizer),
                                 in_shardings=(self.state_shardings, self.params_shardings, rep),
@@ -348,14 +353,14 @@ class Trainer:
     with self.partitioner.activation_context():
       batch = self.partitioner.shard_batch(batch)
       if not self.split_update:
-        return self._train_step(state, batch, self.dropout_rng)
+        return self._train_step(state, batch, self.dropout_rng, self.dropout_rows)
       if self._update_compiling is None:
         lowered = self._lower_update()
         self._update_compiling = threading.Thread(target=lowered.compile, daemon=True,
                                                   name="t2t-compile-update")
         self._update_compiling.start()
       grads, loss, metrics = self._gradient_step(state.params, state.step, batch,
-                                                 self.dropout_rng)
+                                                 self.dropout_rng, self.dropout_rows)
       self._update_compiling.join()
       state, update_metrics = self._update_step(state, grads, loss)
     return state, {**metrics, **update_metrics}

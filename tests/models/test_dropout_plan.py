@@ -1,4 +1,6 @@
 """Tests for t2t.models.dropout_plan: masks made up front are the sites' own masks, bit for bit."""
+import functools
+
 import flax
 import flax.linen as nn
 import jax
@@ -39,8 +41,8 @@ def test_site_key_is_flaxs_make_rng_key(suffix):
 def _t5(**overrides):
   vocab = seqio.PassThroughVocabulary(48)
   model = api.EncoderDecoderModel(
-      Transformer(helpers.tiny_config(dropout_rate=0.3, num_encoder_layers=1, num_decoder_layers=1,
-                                      **overrides)), vocab, vocab)
+      Transformer(helpers.tiny_config(**{'dropout_rate': 0.3, 'num_encoder_layers': 1,
+                                         'num_decoder_layers': 1, **overrides})), vocab, vocab)
   params = nn.unbox(jax.jit(lambda r: model.get_initial_variables(r, SHAPES))(
       jax.random.PRNGKey(0)))['params']
   batch = {k: jnp.asarray(v) for k, v in helpers.seq2seq_batch().items()}
@@ -81,6 +83,31 @@ def test_planned_t5_loss_and_gradients_equal_the_sites_own(impl, monkeypatch):
   other = _loss_and_grads(layers.with_planned_dropout(model.loss_fn), params, batch,
                           _key(impl, seed=6))
   assert float(other[0]) != float(own[0])  # the masks follow the key
+
+
+def test_row_arguments_give_the_same_masks_from_one_kernel_for_like_layers(tmp_path):
+  """Two layers a side. Sliced at runtime row indices (`row_arguments`), the masks give the
+  sites' own loss and gradients to the bit, as constant rows do, and XLA compiles fewer kernels:
+  the consumers of like layers' masks no longer differ by a constant offset (counted in XLA's
+  dump of the compiled objects)."""
+  model, params, batch = _t5(num_encoder_layers=2, num_decoder_layers=2)
+  rng = _key('philox4x32')
+  own = _loss_and_grads(model.loss_fn, params, batch, rng)
+
+  def loss_and_grads(params, batch, rng, rows):
+    loss_fn = layers.with_planned_dropout(model.loss_fn, rows)
+    return jax.value_and_grad(loss_fn, has_aux=True)(params, batch, rng)
+
+  kernels = {}
+  for name, rows in (('rows', dropout_plan.row_arguments()), ('constant', ())):
+    dump = tmp_path / name
+    compiled = jax.jit(loss_and_grads).lower(params, batch, rng, rows).compile(
+        compiler_options={'xla_dump_to': str(dump)})
+    kernels[name] = len(list(dump.glob('*obj-file*')))
+    (loss, _), grads = compiled(params, batch, rng, rows)
+    np.testing.assert_array_equal(loss, own[0], err_msg=name)
+    jax.tree.map(functools.partial(np.testing.assert_array_equal, err_msg=name), grads, own[1])
+  assert 0 < kernels['rows'] < kernels['constant'], kernels
 
 
 def _mask_generators(loss_fn, params, batch, rng) -> int:

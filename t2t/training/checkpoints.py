@@ -353,11 +353,23 @@ class Checkpointer:
     return out["params"], out.get("opt_state", opt_state), dict(out["meta"])
 
   def close(self) -> None:
-    """Finishes a pending save (raising its error) and releases orbax's threads."""
+    """Finishes a pending save (raising its error), waits for orbax's clean-up of unfinished
+    temporary directories, and releases orbax's threads.
+
+    orbax runs that clean-up on a thread of its own from the manager's creation and waits for it
+    only before a save, not in `CheckpointManager.close`: a run that stops before its first save
+    (a refused resume, bad input) would leave it running into interpreter shutdown, where it
+    fails with a traceback printed after the clean error.
+    """
     try:
       self.wait()
     finally:
-      self._manager.close()
+      try:
+        await_cleanup = getattr(self._manager, "_maybe_await_cleanup_tmp_directory", None)
+        if await_cleanup is not None:  # orbax's private method (0.12): absent, nothing to wait for
+          await_cleanup()
+      finally:
+        self._manager.close()
 
 
 def _is_resource_failure(e: BaseException) -> bool:

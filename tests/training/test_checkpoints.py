@@ -1,5 +1,7 @@
 """Tests for t2t/training/checkpoints.py: save, restore, resume metadata, incompatibility."""
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -164,6 +166,21 @@ def test_an_empty_directory_has_nothing_to_restore(tmp_path):
   ckpt, restored = _restore_latest_good(tmp_path)
   assert restored is None
   ckpt.close()
+
+
+def test_a_process_that_closes_before_any_save_exits_without_a_traceback(tmp_path):
+  """orbax's clean-up of temporary directories, started with the manager, must be over when
+  `close` returns: a run refused before its first save exits with its error alone (without the
+  wait, the clean-up thread failed at interpreter shutdown every time, printing a traceback)."""
+  script = ("import sys\n"
+            "from t2t.training import checkpoints\n"
+            f"checkpoints.Checkpointer({str(tmp_path)!r}).close()\n"
+            "sys.exit('error: refused before the first save')\n")
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+  assert out.returncode == 1
+  assert "error: refused before the first save" in out.stderr
+  assert "Traceback" not in out.stderr, out.stderr[-2000:]
 
 
 # --- Asynchronous saves, side directories, a full disk ------------------------------------------

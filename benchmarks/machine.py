@@ -1,5 +1,6 @@
 """How busy the machine is while a benchmark runs, so a noisy figure is never taken for a result;
-and the CPUs a benchmark runs on (`pin_threads`).
+which processor it is (`cpu_identity`), so figures from two processors are never compared; and
+the CPUs a benchmark runs on (`pin_threads`).
 
 Two measures, both recorded in the benchmark's JSON:
 - the 1-minute load average (`os.getloadavg`), checked before anything runs: above the core count the
@@ -13,11 +14,104 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from typing import Any
 
 # Average cores used by other processes above which a section counts as measured on a loaded machine.
 FOREIGN_CORES_LIMIT = 0.25
+
+
+# Instruction-set extensions that decide which code paths XLA, PyTorch and t2t's own kernel take
+# (`/proc/cpuinfo` spelling): AVX-512 and its bf16 dot product, AMX, AVX-VNNI; `asimd`, `bf16`,
+# `sve` on Arm.
+ISA_FLAGS = ('avx2', 'fma', 'avx512f', 'avx512bw', 'avx512_vnni', 'avx512_bf16', 'amx_bf16',
+             'avx_vnni', 'asimd', 'bf16', 'sve')
+
+# AMD's CPUID family and model ranges -> microarchitecture, for the families of AMD EPYC servers.
+_AMD_MICROARCHITECTURES = {
+    23: ((0x00, 0x2F, 'Zen / Zen+'), (0x30, 0xFF, 'Zen 2')),
+    25: ((0x00, 0x0F, 'Zen 3'), (0x10, 0x1F, 'Zen 4'), (0x20, 0x5F, 'Zen 3'),
+         (0x60, 0x7F, 'Zen 4'), (0xA0, 0xAF, 'Zen 4')),
+    26: ((0x00, 0xFF, 'Zen 5'),),
+}
+
+
+def _amd_microarchitecture(family: int | None, model: int | None) -> str | None:
+  for low, high, name in _AMD_MICROARCHITECTURES.get(family, ()):
+    if model is not None and low <= model <= high:
+      return name
+  return None
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
+  """What processor this is, from the first entry of /proc/cpuinfo (or the text `cpuinfo`).
+
+  "AMD EPYC", the model name a VM reports, names processors three generations apart whose
+  speeds differ by ~2x and whose bf16 arithmetic is native on one and emulated on another
+  (benchmarks/README.md, "Two processors"), so the JSON keeps the vendor, CPUID family / model /
+  stepping, the microarchitecture where known (AMD), the clock the kernel reports, which of
+  `ISA_FLAGS` the processor has, and `native_bf16`: whether bf16 dot products are instructions
+  (AVX512_BF16 or AMX-BF16 on x86, BF16 on Arm) rather than conversions to float32.
+  Fields the file lacks are None; without the file every field is None.
+  """
+  if cpuinfo is None:
+    try:
+      with open('/proc/cpuinfo') as f:
+        cpuinfo = f.read()
+    except OSError:
+      cpuinfo = ''
+  fields: dict[str, str] = {}
+  for line in cpuinfo.splitlines():
+    if not line.strip():
+      if fields:
+        break   # the first processor's entry is enough: a VM's vCPUs are alike
+      continue
+    key, sep, value = line.partition(':')
+    if sep:
+      fields.setdefault(key.strip().lower(), value.strip())
+  if not fields:
+    return dict(model_name=None, vendor=None, family=None, model=None, stepping=None,
+                microarchitecture=None, mhz=None, isa={flag: None for flag in ISA_FLAGS},
+                native_bf16=None)
+
+  def number(key: str) -> int | None:
+    value = fields.get(key, '')
+    if re.fullmatch(r'[0-9]+', value):
+      return int(value)
+    return int(value, 16) if re.fullmatch(r'0x[0-9a-fA-F]+', value) else None
+
+  flags = set((fields.get('flags') or fields.get('features') or '').split())
+  vendor, family, model = fields.get('vendor_id'), number('cpu family'), number('model')
+  mhz = fields.get('cpu mhz', '')
+  return dict(
+      model_name=fields.get('model name'), vendor=vendor, family=family, model=model,
+      stepping=number('stepping'),
+      microarchitecture=(_amd_microarchitecture(family, model) if vendor == 'AuthenticAMD'
+                         else None),
+      mhz=float(mhz) if re.fullmatch(r'[0-9]+(\.[0-9]*)?', mhz) else None,
+      isa={flag: flag in flags for flag in ISA_FLAGS},
+      native_bf16=bool(flags & {'avx512_bf16', 'amx_bf16', 'bf16'}))
+
+
+def describe_cpu(identity: dict[str, Any]) -> str:
+  """One line for a table: 'AMD EPYC (family 25 model 1, Zen 3, AVX2, no AVX-512; bf16 emulated)'."""
+  isa = identity.get('isa') or {}
+  if all(v is None for v in isa.values()):
+    return 'unknown CPU'
+  details = []
+  if identity.get('family') is not None:
+    details.append(f'family {identity["family"]} model {identity["model"]}')
+  if identity.get('microarchitecture'):
+    details.append(identity['microarchitecture'])
+  if isa.get('avx512f'):
+    details.append('AVX-512')
+  elif isa.get('avx2'):
+    details.append('AVX2, no AVX-512')
+  elif isa.get('asimd'):
+    details.append('NEON' + (' + SVE' if isa.get('sve') else ''))
+  bf16 = 'native bf16' if identity.get('native_bf16') else 'bf16 emulated'
+  return f'{identity.get("model_name") or "CPU"} ({", ".join(details)}; {bf16})'
 
 
 class LoadedMachineError(ValueError):
@@ -95,7 +189,8 @@ class Section:
 def check_quiet(allow_loaded: bool) -> dict[str, Any]:
   """Refuses to start on a machine whose 1-minute load average exceeds its core count.
 
-  Returns what was checked (recorded in the JSON). With `allow_loaded` it only records.
+  Returns what was checked and which processor it is (`cpu_identity`), recorded in the JSON.
+  With `allow_loaded` it only records.
   """
   load1, load5, load15 = os.getloadavg()
   cores = os.cpu_count() or 1
@@ -106,4 +201,5 @@ def check_quiet(allow_loaded: bool) -> dict[str, Any]:
         'timings would measure the other work. Wait for a quiet machine (`uptime`), or pass '
         '--allow-loaded to run anyway; the JSON then marks every figure as measured under load.')
   return dict(loadavg_at_start=[load1, load5, load15], cores=cores, loaded_at_start=loaded,
-              allow_loaded=allow_loaded, foreign_cores_limit=FOREIGN_CORES_LIMIT)
+              allow_loaded=allow_loaded, foreign_cores_limit=FOREIGN_CORES_LIMIT,
+              cpu_identity=cpu_identity())

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks import machine
+
 # (key, description, comparison, threshold): the issue's targets on a quiet machine.
 TARGETS = (
     ('train_speedup', 'train step: HF median / t2t median', '>=', 1.5),
@@ -95,7 +97,8 @@ def table(result: dict[str, Any]) -> str:
   m = result.get('machine', {})
   malloc = result.get('host_malloc') or next(
       (r.get('host_malloc') for r in result.get('results', {}).values()), None)
-  lines = [f'T5 v1.0 small, CPU, {result.get("threads")} threads, {m.get("cpu")}, {m.get("date_utc")}; '
+  cpu = machine.describe_cpu(m['cpu_identity']) if 'cpu_identity' in m else m.get('cpu')
+  lines = [f'T5 v1.0 small, CPU, {result.get("threads")} threads, {cpu}, {m.get("date_utc")}; '
            f'load average at start {_fmt((m.get("loadavg_at_start") or [None])[0])} on '
            f'{m.get("cores")} cores' + (
                f'; host malloc: t2t {"retain" if malloc["t2t_retains_freed_memory"] else "system"}'

@@ -130,6 +130,22 @@ def test_loaded_machine_is_refused_unless_allowed(monkeypatch, capsys):
     bench.main(['train', '--tiny', '--no-peer', '--threads', '1'])
 
 
+def test_bf16_against_the_peer_is_refused_where_bf16_is_emulated(monkeypatch):
+  from tests.benchmarks.test_machine import ZEN3, ZEN4
+  zen3, zen4 = machine.cpu_identity(ZEN3), machine.cpu_identity(ZEN4)
+  with pytest.raises(ValueError, match=r'Zen 3.*no bf16 instructions.*--precision fp32'):
+    bench.check_bf16_is_native('bf16', zen3, peer_runs=True)
+  bench.check_bf16_is_native('bf16', zen3, peer_runs=False)        # t2t alone
+  bench.check_bf16_is_native('bf16', zen3, peer_runs=True, allow_emulated=True)
+  bench.check_bf16_is_native('bf16', zen4, peer_runs=True)         # native: a fair comparison
+  bench.check_bf16_is_native('fp32', zen3, peer_runs=True)
+  # The command line refuses it before anything runs (the peer's check comes after).
+  monkeypatch.setattr(machine, 'cpu_identity', lambda: zen3)
+  with pytest.raises(SystemExit, match='--allow-emulated-bf16'):
+    bench.main(['train', '--precision', 'bf16', '--threads', '1', '--allow-loaded',
+                '--peer', '/nonexistent/peer.py'])
+
+
 def test_fused_step_is_refused_outside_train():
   with pytest.raises(SystemExit, match=r"--fused-step times the train step; .* mode 'decode'"):
     bench.main(['decode', '--fused-step', '--tiny', '--no-peer'])

@@ -1,0 +1,62 @@
+"""benchmarks/machine.py's processor identity: which CPU a figure was measured on."""
+from benchmarks import machine
+
+# The first entries of /proc/cpuinfo on the two kinds of VM this project's benchmarks ran on
+# (both report the model name "AMD EPYC"), cut to the fields that matter, and on an Arm server.
+ZEN3 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+stepping\t: 1
+cpu MHz\t\t: 2445.430
+flags\t\t: fpu sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi2 sha_ni vaes vpclmulqdq
+bogomips\t: 4890.86
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+"""
+ZEN4 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+stepping\t: 1
+cpu MHz\t\t: 2600.000
+flags\t\t: fpu sse sse2 fma avx avx2 avx512f avx512dq avx512bw avx512vl avx512_bf16 avx512_vnni
+"""
+ARM = """processor\t: 0
+BogoMIPS\t: 50.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid sve bf16
+CPU implementer\t: 0x41
+CPU part\t: 0xd40
+"""
+
+
+def test_zen3_is_told_apart_from_zen4_though_both_are_called_amd_epyc():
+  zen3, zen4 = machine.cpu_identity(ZEN3), machine.cpu_identity(ZEN4)
+  assert zen3['model_name'] == zen4['model_name'] == 'AMD EPYC'
+  assert (zen3['family'], zen3['model'], zen3['stepping']) == (25, 1, 1)
+  assert zen3['microarchitecture'] == 'Zen 3' and zen4['microarchitecture'] == 'Zen 4'
+  assert zen3['mhz'] == 2445.43
+  assert zen3['isa']['avx2'] and not zen3['isa']['avx512f'] and not zen3['native_bf16']
+  assert zen4['isa']['avx512_bf16'] and zen4['native_bf16']
+  assert machine.describe_cpu(zen3) == (
+      'AMD EPYC (family 25 model 1, Zen 3, AVX2, no AVX-512; bf16 emulated)')
+  assert machine.describe_cpu(zen4) == 'AMD EPYC (family 25 model 17, Zen 4, AVX-512; native bf16)'
+
+
+def test_arm_features_and_a_missing_file():
+  arm = machine.cpu_identity(ARM)
+  assert arm['vendor'] is None and arm['family'] is None and arm['microarchitecture'] is None
+  assert arm['isa']['sve'] and arm['native_bf16'] and not arm['isa']['avx2']
+  assert machine.describe_cpu(arm) == 'CPU (NEON + SVE; native bf16)'
+  nothing = machine.cpu_identity('')
+  assert nothing['native_bf16'] is None and set(nothing['isa']) == set(machine.ISA_FLAGS)
+  assert machine.describe_cpu(nothing) == 'unknown CPU'
+
+
+def test_the_quiet_check_records_this_machines_cpu():
+  record = machine.check_quiet(allow_loaded=True)
+  assert record['cpu_identity'] == machine.cpu_identity()

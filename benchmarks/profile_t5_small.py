@@ -1,10 +1,10 @@
 """Where the time of a T5-small train step and of one decode goes: an XLA profile, broken down.
 
-  python -m benchmarks.profile_t5_small {train|decode} [--steps 2] [--threads 2] [--beams 1]
+  python -m benchmarks.profile_t5_small {train|decode} [--steps 2] [--warmup 1] [--threads 2] [--beams 1]
       [--tiny] [--dropout RATE] [--precision fp32|bf16] [--host-malloc auto|retain|system]
       [--trace-dir DIR] [--hlo-dir DIR]
 
-Runs the same programs as `benchmarks.t5_small_cpu` (one warm-up call, which compiles), then
+Runs the same programs as `benchmarks.t5_small_cpu` (`--warmup` calls, the first of which compiles), then
 `--steps` calls under `jax.profiler.trace`. Every XLA CPU thunk in the trace is an HLO instruction
 of the compiled program; its metadata (the JAX op name, which carries the Flax module path) assigns
 it to a category (`CATEGORIES`): dropout rng (random bits), dropout masks (compare + select),
@@ -207,6 +207,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('mode', choices=['train', 'decode'])
   ap.add_argument('--steps', type=int, default=2)
+  ap.add_argument('--warmup', type=int, default=1,
+                  help='untimed calls first (the first compiles); train: 6 or more keeps the '
+                       "step in which the retained heap grows (t2t/training/host_memory.py) "
+                       'out of the profile')
   ap.add_argument('--threads', type=int, default=2)
   ap.add_argument('--beams', type=int, default=1)
   ap.add_argument('--batch', type=int, default=8)
@@ -223,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--trace-dir', default=None, help='keep the jax.profiler trace here')
   ap.add_argument('--hlo-dir', type=Path, default=None, help='write the optimized HLO here')
   args = ap.parse_args(argv)
+  if args.warmup < 1:
+    ap.error(f'--warmup must be >= 1 (the first call compiles), got {args.warmup}.')
   try:
     machine.pin_threads(args.threads)
   except ValueError as e:
@@ -234,13 +240,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     fn, texts = _train_program(config, args.batch, args.enc_len, args.dec_len)
   else:
     fn, texts = _decode_program(config, args.batch, args.enc_len, args.gen_len, args.beams)
+  for _ in range(args.warmup - 1):  # the programs' compiling call was the first
+    fn()
   if args.hlo_dir:
     args.hlo_dir.mkdir(parents=True, exist_ok=True)
     for i, text in enumerate(texts):
       (args.hlo_dir / f'{args.mode}_{i}.hlo.txt').write_text(text)
   with tempfile.TemporaryDirectory() as tmp:
     result = breakdown(fn, texts, args.steps, args.trace_dir or tmp)
-  result.update(mode=args.mode, beams=args.beams, dropout=dropout, tiny=args.tiny,
+  result.update(mode=args.mode, warmup=args.warmup, beams=args.beams, dropout=dropout,
+                tiny=args.tiny,
                 loadavg=os.getloadavg(), threads=args.threads, precision=args.precision,
                 host_malloc=dict(mode=args.host_malloc,
                                  retains_freed_memory=host_memory.applied(),

@@ -29,14 +29,14 @@ def test_decode_profile_runs_under_the_benchmarks_malloc_settings(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   out = subprocess.run(
       [sys.executable, '-m', 'benchmarks.profile_t5_small', 'decode', '--tiny', '--steps', '1',
-       '--batch', '2', '--enc-len', '16', '--gen-len', '4', '--threads', '1',
+       '--batch', '2', '--enc-len', '16', '--gen-len', '4', '--threads', '1', '--warmup', '2',
        '--hlo-dir', str(hlo_dir)],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.strip().splitlines()[-1])
   assert result['host_malloc'] == dict(mode='auto', retains_freed_memory=True,
                                        xla_cpu_memory_schedule=True)
-  assert result['precision'] == 'fp32' and result['mode'] == 'decode'
+  assert result['precision'] == 'fp32' and result['mode'] == 'decode' and result['warmup'] == 2
   # The thunks were found in the trace and attributed to the model's parts.
   assert result['xla_thunk_s_per_call'] > 0
   assert {'attention', 'ffn'} <= set(result['categories_s'])
@@ -51,3 +51,10 @@ def test_too_many_threads_is_a_usage_error_naming_the_cores(capsys):
   assert exit_info.value.code == 2
   err = capsys.readouterr().err
   assert f'error: --threads {cores + 1} is more than the {cores} cores' in err
+
+
+def test_no_warmup_is_a_usage_error(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    prof.main(['train', '--tiny', '--warmup', '0'])
+  assert exit_info.value.code == 2
+  assert '--warmup must be >= 1 (the first call compiles)' in capsys.readouterr().err

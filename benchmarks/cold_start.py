@@ -43,7 +43,7 @@ def _usage() -> tuple[float, float, int]:
 
 
 def timed_phase(phases: list[dict[str, Any]], name: str, fn: Callable[[], Any]) -> Any:
-  """Runs `fn`, appends {name, wall_s, cpu_s, system_s, page_faults} to `phases`, returns its value."""
+  """Runs `fn`; appends {name, wall_s, cpu_s, system_s, page_faults} to `phases`; returns fn()."""
   cpu0, sys0, faults0 = _usage()
   t0 = time.perf_counter()
   value = fn()

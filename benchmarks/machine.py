@@ -95,7 +95,8 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
 
 
 def describe_cpu(identity: dict[str, Any]) -> str:
-  """One line for a table: 'AMD EPYC (family 25 model 1, Zen 3, AVX2, no AVX-512; bf16 emulated)'."""
+  """One line for a table, e.g. 'AMD EPYC (family 25 model 1, Zen 3, AVX2, no AVX-512; bf16
+  emulated)'."""
   isa = identity.get('isa') or {}
   if all(v is None for v in isa.values()):
     return 'unknown CPU'
@@ -112,6 +113,23 @@ def describe_cpu(identity: dict[str, Any]) -> str:
     details.append('NEON' + (' + SVE' if isa.get('sve') else ''))
   bf16 = 'native bf16' if identity.get('native_bf16') else 'bf16 emulated'
   return f'{identity.get("model_name") or "CPU"} ({", ".join(details)}; {bf16})'
+
+
+def check_bf16_is_native(precision: str, cpu: dict[str, Any], peer_runs: bool,
+                         allow_emulated: bool = False) -> None:
+  """Refuses bf16 against a peer on a processor without bf16 instructions (`cpu_identity`).
+
+  There both sides emulate bf16 with float32 conversions, and PyTorch's autocast far more slowly
+  than XLA (benchmarks/README.md, "Two processors"), so the ratio would time the emulation, not
+  the frameworks. A run without the peer, or with `allow_emulated`, may go on.
+  """
+  if precision != 'bf16' or not peer_runs or allow_emulated or cpu.get('native_bf16') is not False:
+    return
+  raise ValueError(
+      f'--precision bf16 on {describe_cpu(cpu)}: this processor has no bf16 instructions '
+      '(AVX512_BF16 or AMX), so t2t and the peer would both emulate bf16 and the ratio would '
+      'measure the emulation. Use --precision fp32 (the fair comparison here), --no-peer to time '
+      't2t alone, or --allow-emulated-bf16 to run it anyway.')
 
 
 class LoadedMachineError(ValueError):

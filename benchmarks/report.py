@@ -16,14 +16,8 @@ TARGETS = (
 
 
 def cpu_model() -> str | None:
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('model name'):
-          return line.split(':', 1)[1].strip()
-  except OSError:
-    pass
-  return None
+  """The processor's model name (`machine.cpu_identity`), e.g. 'AMD EPYC'."""
+  return machine.cpu_identity()['model_name']
 
 
 def _speedup(result: dict[str, Any] | None) -> float | None:

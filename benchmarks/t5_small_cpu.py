@@ -340,23 +340,6 @@ def use_cpu_devices(model_parallel: int, threads: int, mode: str) -> None:
   jax.config.update('jax_num_cpu_devices', model_parallel)
 
 
-def check_bf16_is_native(precision: str, cpu: dict[str, Any], peer_runs: bool,
-                         allow_emulated: bool = False) -> None:
-  """Refuses a bf16 comparison on a processor without bf16 instructions (`machine.cpu_identity`).
-
-  There both sides emulate bf16 with float32 conversions, and PyTorch's autocast far more slowly
-  than XLA (benchmarks/README.md, "Two processors"), so the ratio would time the emulation, not
-  the frameworks. t2t alone (`--no-peer`) or `allow_emulated` (`--allow-emulated-bf16`) may run.
-  """
-  if precision != 'bf16' or not peer_runs or allow_emulated or cpu.get('native_bf16') is not False:
-    return
-  raise ValueError(
-      f'--precision bf16 on {machine.describe_cpu(cpu)}: this processor has no bf16 instructions '
-      '(AVX512_BF16 or AMX), so t2t and the peer would both emulate bf16 and the ratio would '
-      'measure the emulation. Use --precision fp32 (the fair comparison here), --no-peer to time '
-      't2t alone, or --allow-emulated-bf16 to run it anyway.')
-
-
 def default_peer_path() -> Path:
   """benchmarks/hf_t5_peer.py, next to this file."""
   return Path(__file__).resolve().parent / 'hf_t5_peer.py'
@@ -584,9 +567,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     machine.pin_threads(args.threads)
     use_cpu_devices(args.model_parallel, args.threads, args.mode)
     quiet = machine.check_quiet(args.allow_loaded)
-    check_bf16_is_native(args.precision, quiet['cpu_identity'],
-                         peer_runs=not (args.no_peer or args.tiny),
-                         allow_emulated=args.allow_emulated_bf16)
+    machine.check_bf16_is_native(args.precision, quiet['cpu_identity'],
+                                 peer_runs=not (args.no_peer or args.tiny),
+                                 allow_emulated=args.allow_emulated_bf16)
     if not args.no_peer and not args.tiny:
       why = peer_unavailable(args.peer or default_peer_path())
       if why:

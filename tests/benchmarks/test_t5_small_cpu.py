@@ -134,11 +134,11 @@ def test_bf16_against_the_peer_is_refused_where_bf16_is_emulated(monkeypatch):
   from tests.benchmarks.test_machine import ZEN3, ZEN4
   zen3, zen4 = machine.cpu_identity(ZEN3), machine.cpu_identity(ZEN4)
   with pytest.raises(ValueError, match=r'Zen 3.*no bf16 instructions.*--precision fp32'):
-    bench.check_bf16_is_native('bf16', zen3, peer_runs=True)
-  bench.check_bf16_is_native('bf16', zen3, peer_runs=False)        # t2t alone
-  bench.check_bf16_is_native('bf16', zen3, peer_runs=True, allow_emulated=True)
-  bench.check_bf16_is_native('bf16', zen4, peer_runs=True)         # native: a fair comparison
-  bench.check_bf16_is_native('fp32', zen3, peer_runs=True)
+    machine.check_bf16_is_native('bf16', zen3, peer_runs=True)
+  machine.check_bf16_is_native('bf16', zen3, peer_runs=False)        # t2t alone
+  machine.check_bf16_is_native('bf16', zen3, peer_runs=True, allow_emulated=True)
+  machine.check_bf16_is_native('bf16', zen4, peer_runs=True)         # native: a fair comparison
+  machine.check_bf16_is_native('fp32', zen3, peer_runs=True)
   # The command line refuses it before anything runs (the peer's check comes after).
   monkeypatch.setattr(machine, 'cpu_identity', lambda: zen3)
   with pytest.raises(SystemExit, match='--allow-emulated-bf16'):

@@ -71,8 +71,9 @@ setup(
     python_requires=">=3.11",
     # tools/ is run from a checkout (python -m tools.X) and is not installed.
     packages=find_packages(include=["t2t", "t2t.*", "tasks", "tasks.*"]),
-    # small_dots.cc: the decode kernel's source, compiled on first use (t2t/models/small_dots.py).
-    package_data={"tasks": ["vocab/*.model", "vocab/*.vocab"], "t2t.models": ["small_dots.cc"]},
+    # The decode kernels' sources, compiled on first use (t2t/models/small_dots.py).
+    package_data={"tasks": ["vocab/*.model", "vocab/*.vocab"],
+                  "t2t.models": ["small_dots.cc", "small_dots_f32.cc", "small_dots_common.h"]},
     data_files=gin_data_files(),
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

@@ -369,7 +369,7 @@ class MultiHeadAttention(nn.Module):
         bias = bias.reshape(rows, beams, *bias.shape[1:]).transpose(0, 2, 1, 3, 4)
         bias = bias.reshape(rows, bias.shape[1], beams * length, bias.shape[-1])
       fused = None
-      if self._bf16_without_dropout(enable_dropout):
+      if self._fusable_operands(enable_dropout) is not None:
         fused = small_dots.cross_attention(query, key, value, bias)  # None: not on this machine
       if fused is not None:
         out = _cross_attention_rows(fused.astype(self.dtype), rows, beams, length)
@@ -389,7 +389,7 @@ class MultiHeadAttention(nn.Module):
         key = nn.with_logical_constraint(key, qkv_axes)
         value = nn.with_logical_constraint(value, qkv_axes)
         logits_spec, out_spec = 'bqhd,bkhd->bhqk', 'bhqk,bkhd->bqhd'
-        if self._bf16_without_dropout(enable_dropout):
+        if self._fusable_operands(enable_dropout) == jnp.bfloat16:   # float32: XLA's is faster
           reference = functools.partial(plain_attention, dtype=self.dtype,
                                         matmul_dtype=self.matmul_dtype)
           fused = small_dots.attention(query, key, value, bias, dtype=self.dtype,
@@ -417,11 +417,14 @@ class MultiHeadAttention(nn.Module):
       out = _cross_attention_rows(out[:, :, :beams * length], rows, beams, length)
     return self._output_projection(out, inputs_q)
 
-  def _bf16_without_dropout(self, enable_dropout: bool) -> bool:
-    """Whether the attention's softmax is followed by no dropout and its matmuls take bf16
-    operands: then `small_dots` may compute it in one call."""
-    return (self.matmul_dtype is not None and jnp.dtype(self.matmul_dtype) == jnp.bfloat16
-            and not (enable_dropout and self.dropout_rate > 0))
+  def _fusable_operands(self, enable_dropout: bool) -> DType | None:
+    """The dtype of the attention's operands where `small_dots` may compute it in one call (no
+    dropout after the softmax; bf16 matmuls, or float32 throughout), else None."""
+    if enable_dropout and self.dropout_rate > 0:
+      return None
+    if self.matmul_dtype is not None:
+      return jnp.bfloat16 if jnp.dtype(self.matmul_dtype) == jnp.bfloat16 else None
+    return jnp.float32 if jnp.dtype(self.dtype) == jnp.float32 else None
 
   def _output_projection(self, out: Array, inputs_q: Array) -> Array:
     """out [b, q, heads, kv] -> [b, q, embed] by the 'out' DenseGeneral."""

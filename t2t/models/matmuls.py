@@ -26,11 +26,14 @@ def matmul(spec: str, a: Array, b: Array, dtype: DType, matmul_dtype: DType | No
   mixed precision as on a TPU's MXU) the operands are rounded to `matmul_dtype` and the product is
   accumulated in float32 and returned in `dtype`, and so are the two matmuls of the backward pass
   (`_mixed_einsum`): without that, JAX transposes a mixed dot into float32 x float32 dots. On a
-  CPU with AVX512_BF16 this is XLA's fast dot path (benchmarks/README.md). `spec` must name every
+  CPU with AVX512_BF16 this is XLA's fast dot path (benchmarks/README.md). Products with a few
+  rows may go to t2t's own kernels (`small_dots.dot`). `spec` must name every
   index of `a` in `b` or in the output and vice versa (true of every matmul in t2t).
   """
   if matmul_dtype is None:
-    return einsum2(spec, jnp.asarray(a, dtype), jnp.asarray(b, dtype))
+    a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
+    out = small_dots.dot(spec, a, b)   # float32, a decoding step's few rows, on an AVX2 CPU
+    return einsum2(spec, a, b) if out is None else out
   return _mixed_einsum(spec, jnp.dtype(matmul_dtype), jnp.dtype(dtype), a, b)
 
 

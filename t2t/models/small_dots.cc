@@ -16,16 +16,16 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <vector>
 
+#include "small_dots_common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using t2t::ParallelFor;
 
 namespace {
 
@@ -172,37 +172,6 @@ void NTRows(const uint16_t* A, const uint16_t* W, float* C, int M, int K, int N,
   }
 }
 
-// --- Chunks of columns shared by the calling thread and XLA's intra-op threads ---------------
-// Whoever is free takes the next chunk; the caller waits only for chunks a helper has already
-// taken, so a helper that never gets a thread (the pool busy elsewhere) costs nothing.
-struct Chunks {
-  std::atomic<int> next{0};
-  std::atomic<int> done{0};
-  int total = 0;
-  std::function<void(int)> body;
-  void Work() {
-    for (int i = next.fetch_add(1, std::memory_order_relaxed); i < total;
-         i = next.fetch_add(1, std::memory_order_relaxed)) {
-      body(i);
-      done.fetch_add(1, std::memory_order_release);
-    }
-  }
-};
-
-void ParallelFor(ffi::ThreadPool& pool, int total, std::function<void(int)> body) {
-  const int helpers = int(std::min<int64_t>(pool.num_threads(), total)) - 1;
-  if (helpers <= 0) {
-    for (int i = 0; i < total; ++i) body(i);
-    return;
-  }
-  auto chunks = std::make_shared<Chunks>();
-  chunks->total = total;
-  chunks->body = std::move(body);
-  for (int h = 0; h < helpers; ++h) pool.Schedule([chunks]() { chunks->Work(); });
-  chunks->Work();
-  while (chunks->done.load(std::memory_order_acquire) < total) _mm_pause();
-}
-
 // W [K, N] (transposed = false) or [N, K] (true): the columns (rows) of W are split into chunks.
 template <bool kTransposed>
 ffi::Error Matmul(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer w,
@@ -295,52 +264,21 @@ constexpr int kBlockRows = 64;  // query rows whose logits [rows, L] one work it
 
 ffi::Error Attention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                      ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> out) {
-  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), bd = bias.dimensions();
-  const auto od = out->dimensions();
-  const bool ranks = qd.size() == 4 && kd.size() == 4 && vd.size() == 4 && bd.size() == 4 &&
-                     od.size() == 4;
-  if (!ranks || q.element_type() != ffi::DataType::BF16 ||
-      k.element_type() != ffi::DataType::BF16 || v.element_type() != ffi::DataType::BF16 ||
-      bias.element_type() != ffi::DataType::F32 || out->element_type() != ffi::DataType::F32) {
-    return ffi::Error::InvalidArgument(
-        "t2t_bf16_attention: expects bf16 q [B, H, Q, D], k [B, H, D, L], v [B, H, L, D], "
-        "float32 bias [B or 1, H or 1, Q, L] and a float32 result [B, H, Q, D]");
-  }
-  const int B = int(qd[0]), H = int(qd[1]), Q = int(qd[2]), D = int(qd[3]), L = int(kd[3]);
-  if (kd[0] != B || kd[1] != H || kd[2] != D || vd[0] != B || vd[1] != H || vd[2] != L ||
-      vd[3] != D || (bd[0] != B && bd[0] != 1) || (bd[1] != H && bd[1] != 1) || bd[2] != Q ||
-      bd[3] != L || od[0] != B || od[1] != H || od[2] != Q || od[3] != D || D % 32 != 0 ||
-      L % 32 != 0) {
-    return ffi::Error::InvalidArgument(
-        "t2t_bf16_attention: shapes disagree, or D or L is not a multiple of 32");
-  }
-  const auto* Qp = static_cast<const uint16_t*>(q.untyped_data());
-  const auto* Kp = static_cast<const uint16_t*>(k.untyped_data());
-  const auto* Vp = static_cast<const uint16_t*>(v.untyped_data());
-  const auto* Bp = static_cast<const float*>(bias.untyped_data());
-  auto* Op = static_cast<float*>(out->untyped_data());
-  const size_t bias_b = bd[0] == 1 ? 0 : size_t(bd[1]) * Q * L;
-  const size_t bias_h = bd[1] == 1 ? 0 : size_t(Q) * L;
-  const int blocks = (Q + kBlockRows - 1) / kBlockRows;
-  // One work item per (batch row, head, block of rows): a decoding step's items are small (one
-  // head's keys and values, 128 KB for T5-small), so the threads end within one of each other.
-  ParallelFor(pool, B * H * blocks, [=](int item) {
-    thread_local std::vector<float> logits;
-    thread_local std::vector<uint16_t> weights;
-    logits.resize(size_t(std::min(Q, kBlockRows)) * L);
-    weights.resize(size_t(std::min(Q, kBlockRows)) * L);
-    const int pair = item / blocks, r0 = (item % blocks) * kBlockRows;
-    const int b = pair / H, h = pair % H, rows = std::min(kBlockRows, Q - r0);
-    const size_t first = size_t(pair) * Q + r0;
-    NNColumns(Qp + first * D, Kp + size_t(pair) * D * L, logits.data(), rows, D, L, 0, L);
-    const float* bias_rows = Bp + b * bias_b + h * bias_h + size_t(r0) * L;
-    for (int row = 0; row < rows; ++row) {
-      SoftmaxToBf16(logits.data() + size_t(row) * L, bias_rows + size_t(row) * L,
-                    weights.data() + size_t(row) * L, L);
-    }
-    NNColumns(weights.data(), Vp + size_t(pair) * L * D, Op + first * D, rows, L, D, 0, D);
-  });
-  return ffi::Error::Success();
+  return t2t::FusedAttention<uint16_t>(
+      "t2t_bf16_attention", ffi::DataType::BF16, pool, q, k, v, bias, *out, kBlockRows,
+      [](const uint16_t* q, const uint16_t* k, const uint16_t* v, const float* bias, float* out,
+         int rows, int D, int L) {
+        thread_local std::vector<float> logits;
+        thread_local std::vector<uint16_t> weights;
+        logits.resize(size_t(rows) * L);
+        weights.resize(size_t(rows) * L);
+        NNColumns(q, k, logits.data(), rows, D, L, 0, L);
+        for (int row = 0; row < rows; ++row) {
+          SoftmaxToBf16(logits.data() + size_t(row) * L, bias + size_t(row) * L,
+                        weights.data() + size_t(row) * L, L);
+        }
+        NNColumns(weights.data(), v, out, rows, L, D, 0, D);
+      });
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 """Tests for t2t.models.small_dots: the few-row bf16 matmul kernel against XLA's dot, where it
 applies and where it declines, and a bf16 model decoding the same tokens with it as without."""
+import dataclasses
 import functools
 
 import flax.linen as nn
@@ -38,7 +39,9 @@ def _uses_kernel(fn, *args) -> bool:
 
 @needs_kernel
 def test_kernel_builds_and_reports_enabled():
-  assert small_dots.status() == {'enabled': True, 'max_rows': small_dots.MAX_ROWS}
+  status = small_dots.status()
+  assert status['enabled'] is True and status['max_rows'] == small_dots.MAX_ROWS
+  assert status['bf16'] == {'enabled': True, 'reason': None}
 
 
 @needs_kernel
@@ -324,19 +327,22 @@ def test_multi_head_attention_uses_the_kernel_without_dropout(dropout_rate, enab
                              atol=4e-3 * float(jnp.max(jnp.abs(want))))
 
 
-def test_build_reports_the_compiler_error(tmp_path, monkeypatch):
-  monkeypatch.setattr(small_dots, 'SOURCE', tmp_path / 'broken.cc')
+def test_build_reports_the_compiler_error(tmp_path):
+  broken = dataclasses.replace(small_dots.BF16, source=tmp_path / 'broken.cc')
   (tmp_path / 'broken.cc').write_text('this is not C++\n')
   if small_dots._compiler() is None:
     pytest.skip('no C++ compiler')
   with pytest.raises(RuntimeError, match='could not build broken.cc'):
-    small_dots.build(small_dots._compiler(), tmp_path / 'out')
+    small_dots.build(small_dots._compiler(), tmp_path / 'out', broken)
   assert not list((tmp_path / 'out').glob('*.so'))   # no half-written library left behind
 
 
 def test_switch_turns_the_kernel_off(monkeypatch):
   monkeypatch.setenv(small_dots.SWITCH, '0')
-  assert small_dots.unavailable_reason() == 'T2T_SMALL_DOTS=0'
-  assert small_dots.status()['enabled'] is False
+  for library in small_dots.LIBRARIES:
+    assert small_dots.unavailable_reason(library) == 'T2T_SMALL_DOTS=0'
+  status = small_dots.status()
+  assert status['enabled'] is False
+  assert status['f32'] == {'enabled': False, 'reason': 'T2T_SMALL_DOTS=0'}
   a, b = _operands(4, (8, 64), (64, 32))
   assert small_dots.dot('mk,kn->mn', a, b) is None

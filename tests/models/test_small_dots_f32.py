@@ -1,0 +1,210 @@
+"""Tests for the float32 kernels of t2t.models.small_dots (`F32`, small_dots_f32.cc): the NT
+product against XLA's dot, the transpose XLA hoists out of a decoding loop, the fused
+encoder-decoder attention against the unfused one, and a float32 T5 decoding the same tokens
+with them as without (greedy and beam search)."""
+import functools
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import seqio
+
+from t2t.models import decoding, layers, matmuls, small_dots
+from t2t.models.api import EncoderDecoderModel
+from t2t.models.transformer import Transformer
+from tests.models import helpers
+
+# The kernels need an x86 CPU with AVX2 and FMA and a C++ compiler; where both exist they must
+# build and run (a failed build fails these tests rather than skipping them).
+_REASON = small_dots.unavailable_reason(small_dots.F32)
+needs_kernel = pytest.mark.skipif(_REASON is not None and 'T2T_SMALL_DOTS=0' not in _REASON,
+                                  reason=f'float32 small-dots kernel unavailable: {_REASON}')
+
+
+@pytest.fixture(autouse=True)
+def _kernel_on(monkeypatch):
+  monkeypatch.delenv(small_dots.SWITCH, raising=False)
+
+
+def _operands(seed, a_shape, b_shape):
+  rng = np.random.default_rng(seed)
+  return (jnp.asarray(rng.normal(size=a_shape), jnp.float32),
+          jnp.asarray(rng.normal(size=b_shape) * 0.1, jnp.float32))
+
+
+def _reused_dot(spec):
+  def fn(a, b):
+    with small_dots.weights_reused():
+      return small_dots.dot(spec, a, b)
+  return fn
+
+
+@needs_kernel
+def test_kernel_builds_and_reports_enabled():
+  assert small_dots.status()['f32'] == {'enabled': True, 'reason': None}
+
+
+def test_kernel_needs_avx2_and_fma(monkeypatch):
+  monkeypatch.setattr(small_dots, '_cpu_flags', lambda: frozenset({'avx', 'avx2'}))
+  assert 'fma' in small_dots.unavailable_reason(small_dots.F32)
+  with small_dots.weights_reused():
+    assert small_dots.dot('mk,nk->mn', *_operands(0, (8, 64), (32, 64))) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize('spec,a_shape,b_shape', [
+    ('abc,cd->abd', (8, 1, 512), (512, 2048)),     # FFN input, one token of a batch of 8
+    ('abc,cd->abd', (8, 1, 2048), (2048, 512)),    # FFN output
+    ('abc,cd->abd', (1, 1, 64), (64, 12)),         # one row
+    ('abc,cde->abde', (8, 1, 64), (64, 2, 32)),    # query projection into heads
+    ('abcd,cde->abe', (8, 1, 2, 32), (2, 32, 64)), # attention output over (heads, kv)
+    ('ab,bc->ac', (64, 24), (24, 36)),             # MAX_ROWS rows; K of 24
+    ('abc,zc->abz', (8, 1, 512), (4004, 512)),     # tied logits against [vocab, embed]
+    ('abc,zc->abz', (4, 8, 64), (12, 64)),         # beam search: 32 rows
+    ('ab,zb->az', (7, 8), (8, 8)),                 # 7 rows: a tile of 4 and one of 3
+])
+def test_kernel_matches_xla_dot(spec, a_shape, b_shape):
+  a, b = _operands(0, a_shape, b_shape)
+  fn = _reused_dot(spec)
+  text = jax.jit(fn).lower(a, b).as_text()
+  assert 't2t_f32_nt' in text
+  a_spec, b_spec = spec.split('->')[0].split(',')
+  weight_leads = b_spec.startswith(''.join(c for c in a_spec if c in b_spec))   # [K, N]
+  assert ('t2t_f32_transpose' in text) == weight_leads
+  got = jax.jit(fn)(a, b)
+  want = jnp.einsum(spec, a, b, precision='highest')
+  assert got.shape == want.shape and got.dtype == jnp.float32
+  # float32 accumulation in another order: agreement to a few float32 ulps of the largest entry.
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0,
+                             atol=2e-6 * float(jnp.max(jnp.abs(want))))
+
+
+@pytest.mark.parametrize('spec,a_shape,b_shape,reused,why', [
+    ('ab,bc->ac', (8, 32), (32, 32), False, 'float32 outside weights_reused'),
+    ('ab,bc->ac', (65, 32), (32, 32), True, 'more rows than MAX_ROWS'),
+    ('ab,bc->ac', (8, 36), (36, 32), True, 'K not a multiple of 8'),
+    ('ab,cb->ac', (8, 32), (6, 32), True, 'N not a multiple of 4'),
+    ('bqd,bkd->bqk', (2, 1, 32), (2, 64, 32), True, 'a batch index (attention)'),
+])
+def test_kernel_declines_what_it_does_not_handle(spec, a_shape, b_shape, reused, why):
+  a, b = _operands(1, a_shape, b_shape)
+  fn = _reused_dot(spec) if reused else functools.partial(small_dots.dot, spec)
+  assert fn(a, b) is None, why
+
+
+@needs_kernel
+def test_matmul_routes_a_decoding_steps_products_and_keeps_their_gradients():
+  spec = 'abc,cd->abd'
+  a, w = _operands(2, (4, 2, 64), (64, 96))
+  plain = lambda a, w: matmuls.matmul(spec, a, w, jnp.float32)
+  assert 't2t_f32' not in jax.jit(plain).lower(a, w).as_text()   # outside a decoding step
+
+  def reused(a, w):
+    with small_dots.weights_reused():
+      return plain(a, w)
+  assert 't2t_f32_nt' in jax.jit(reused).lower(a, w).as_text()
+  loss = lambda f: jax.jit(jax.value_and_grad(lambda a, w: jnp.sum(jnp.sin(f(a, w))), (0, 1)))
+  for x, y in zip(jax.tree.leaves(loss(reused)(a, w)), jax.tree.leaves(loss(plain)(a, w))):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_weights_are_transposed_once_before_the_loop():
+  """XLA does not hoist a transpose alone out of a while loop; the kernel's transpose (a custom
+  call) is hoisted, so the loop's body reads W^T as made once before it."""
+  w = _operands(4, (1, 1), (64, 96))[1]
+
+  def loop(x, w):
+    def body(i, x):
+      with small_dots.weights_reused():
+        return jnp.tanh(small_dots.dot('mk,kn->mn', x, w))[:, :64]
+    return jax.lax.fori_loop(0, 5, body, x)
+
+  x = jnp.asarray(np.random.default_rng(4).normal(size=(8, 64)), jnp.float32)
+  compiled = jax.jit(loop).lower(x, w).compile().as_text()
+  body_name = re.search(r'body=(%[\w.\-]+)', compiled).group(1)
+  body = re.search(re.escape(body_name) + r' .*?\n}', compiled, re.S).group(0)
+  assert 't2t_f32_nt' in body
+  assert 't2t_f32_transpose' not in body and 'transpose' not in body
+  assert 't2t_f32_transpose' in compiled
+  want = jax.lax.fori_loop(0, 5, lambda i, x: jnp.tanh(x @ w)[:, :64], x)
+  np.testing.assert_allclose(np.asarray(jax.jit(loop)(x, w)), np.asarray(want), atol=1e-5)
+
+
+def _reference_cross_attention(query, key, value, bias):
+  """The unfused float32 computation of MultiHeadAttention's cached cross-attention."""
+  logits = jnp.einsum('bhqd,bhdk->bhqk', query, key, precision='highest')
+  if bias is not None:
+    logits = logits + bias
+  weights = jax.nn.softmax(logits, axis=-1)
+  return jnp.einsum('bhqk,bhkd->bhqd', weights, value, precision='highest')
+
+
+@needs_kernel
+@pytest.mark.parametrize('b,h,q,d,length,masked', [
+    (2, 3, 1, 32, 64, True),     # a greedy step; the second row's last 40 positions are padding
+    (2, 2, 4, 64, 96, True),     # beam search: four beams' queries against one cache row
+    (1, 1, 3, 32, 32, False),    # a pair of rows and one, no bias
+    (1, 2, 70, 32, 64, True),    # more query rows than the kernel's block of 64
+])
+def test_cross_attention_matches_the_unfused_attention(b, h, q, d, length, masked):
+  rng = np.random.default_rng(7)
+  query = jnp.asarray(rng.normal(size=(b, h, q, d)), jnp.float32)
+  key = jnp.asarray(rng.normal(size=(b, h, d, length)) * 0.3, jnp.float32)
+  value = jnp.asarray(rng.normal(size=(b, h, length, d)), jnp.float32)
+  bias = None
+  if masked:
+    valid = np.ones((b, 1, 1, length), bool)
+    valid[-1, ..., length - 40:] = False
+    bias = layers.mask_to_bias(jnp.asarray(valid))
+  fn = jax.jit(small_dots.cross_attention)
+  assert 't2t_f32_attention' in fn.lower(query, key, value, bias).as_text()
+  got = np.asarray(fn(query, key, value, bias))
+  want = np.asarray(_reference_cross_attention(query, key, value, bias))
+  assert got.shape == (b, h, q, d)
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.max(np.abs(want))))
+  if masked:   # padding gets exactly zero weight: masking the padded values changes nothing
+    poisoned = value.at[-1, :, length - 40:].set(1e4)
+    np.testing.assert_array_equal(np.asarray(fn(query, key, poisoned, bias)), got)
+
+
+def test_cross_attention_declines_mixed_dtypes():
+  q = jnp.zeros((2, 2, 1, 32), jnp.float32)
+  k = jnp.zeros((2, 2, 32, 64), jnp.float32)
+  v = jnp.zeros((2, 2, 64, 32), jnp.float32)
+  assert small_dots.cross_attention(q, k, v.astype(jnp.bfloat16), None) is None
+  assert small_dots.cross_attention(q.astype(jnp.float16), k, v, None) is None
+  assert small_dots.cross_attention(q, k[..., :48], v[:, :, :48], None) is None   # L = 48
+
+
+@needs_kernel
+@pytest.mark.parametrize('beams', [1, 3])
+def test_float32_model_decodes_the_same_tokens_with_and_without_the_kernels(beams, monkeypatch):
+  """Greedy decoding and beam search of a float32 T5 whose decoder projections, FFN, tied logits
+  and encoder-decoder attention go through the kernels, against the same decode on XLA's dot."""
+  config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=64)
+  module = Transformer(config)
+  batch = helpers.seq2seq_batch(seed=5, batch=4, enc_len=32, dec_len=6, vocab=64)
+  vocab = seqio.PassThroughVocabulary(64)
+  decode_fn = (decoding.greedy_decode if beams == 1
+               else functools.partial(decoding.beam_search, beam_size=beams, alpha=0.6))
+  model = EncoderDecoderModel(module, vocab, vocab, decode_fn=decode_fn)
+  params = nn.unbox(helpers.init_variables(module, batch))['params']
+  inputs = {'encoder_input_tokens': jnp.asarray(batch['encoder_input_tokens'])}
+
+  def decode():
+    predict = jax.jit(lambda p, b: model.predict_batch(p, b, max_decode_length=8))
+    return predict.lower(params, inputs).as_text(), predict(params, inputs)
+
+  hlo_on, tokens_on = decode()
+  monkeypatch.setenv(small_dots.SWITCH, '0')
+  hlo_off, tokens_off = decode()
+  assert all(f't2t_f32_{k}' in hlo_on for k in ('nt', 'transpose', 'attention'))
+  # The decoder's two cached cross-attentions; the encoder's attention stays with XLA.
+  assert hlo_on.count('custom_call @t2t_f32_attention') == 2
+  assert 't2t_f32' not in hlo_off
+  assert np.asarray(tokens_on).shape == (4, 8)
+  np.testing.assert_array_equal(np.asarray(tokens_on), np.asarray(tokens_off))

@@ -18,7 +18,8 @@ of our own for the small dots" and "An AVX2 kernel for float32 decoding"):
 `dot(spec, a, b)` returns the product when a kernel applies and None otherwise, so the caller
 (`matmuls`) falls back to XLA's dot. A kernel applies on a single-device CPU backend whose
 processor has its instructions, to a plain contraction with at most `MAX_ROWS` rows whose weight
-operand is [K, N] (N a multiple of 32; bf16 only) or [N, K] (K a multiple of 32). Each library is
+operand is [N, K] (K a multiple of 32 for bf16, of 8 for float32) or [K, N] (bf16: N a
+multiple of 32; float32: only inside `weights_reused()`, transposed once). Each library is
 compiled from its source with the system's C++ compiler on first use and kept in
 `$T2T_CACHE_DIR` (default `$XDG_CACHE_HOME/t2t`, else `~/.cache/t2t`); without a compiler t2t
 warns once and uses XLA's dot. `T2T_SMALL_DOTS=0` turns both off.
@@ -115,7 +116,7 @@ def _compiler() -> str | None:
   return _which_compiler(os.environ.get('CXX'))
 
 
-def build(compiler: str, out_dir: Path, library: Library = BF16) -> Path:
+def build(compiler: str, out_dir: Path, library: Library) -> Path:
   """Compiles `library` into out_dir (once per source, headers, flags and jaxlib); returns the .so.
 
   Written to a temporary name and renamed, so processes building at once never load half a file.

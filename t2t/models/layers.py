@@ -389,11 +389,12 @@ class MultiHeadAttention(nn.Module):
         key = nn.with_logical_constraint(key, qkv_axes)
         value = nn.with_logical_constraint(value, qkv_axes)
         logits_spec, out_spec = 'bqhd,bkhd->bhqk', 'bhqk,bkhd->bqhd'
-        if self._fusable_operands(enable_dropout) == jnp.bfloat16:   # float32: XLA's is faster
+        operands = self._fusable_operands(enable_dropout)
+        if operands is not None:   # a kernel's attention where this CPU has one (else None)
           reference = functools.partial(plain_attention, dtype=self.dtype,
                                         matmul_dtype=self.matmul_dtype)
           fused = small_dots.attention(query, key, value, bias, dtype=self.dtype,
-                                       reference=reference)   # None: not on this machine
+                                       reference=reference, operands=operands)
           if fused is not None:
             return self._output_projection(fused, inputs_q)
 

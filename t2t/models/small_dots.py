@@ -82,7 +82,8 @@ BF16 = Library('bf16', _HERE / 'small_dots.cc', ('avx512f', 'avx512bw', 'avx512_
                ('t2t_bf16_nn', 't2t_bf16_nt', 't2t_bf16_attention'))
 F32 = Library('f32', _HERE / 'small_dots_f32.cc', ('avx2', 'fma'),
               _COMMON_FLAGS + ('-mavx2', '-mfma'),
-              ('t2t_f32_nt', 't2t_f32_transpose', 't2t_f32_attention'))
+              ('t2t_f32_nt', 't2t_f32_transpose', 't2t_f32_attention',
+               't2t_f32_sequence_attention'))
 LIBRARIES = (BF16, F32)
 
 
@@ -363,45 +364,70 @@ def cross_attention(query: Array, key: Array, value: Array, bias: Array | None) 
 
 
 def attention(query: Array, key: Array, value: Array, bias: Array | None, *, dtype: DType,
-              reference: Callable[[Array, Array, Array, Array | None], Array]) -> Array | None:
-  """Whole-sequence attention without dropout by `BF16`'s kernel, or None where it can't run.
+              reference: Callable[[Array, Array, Array, Array | None], Array],
+              operands: DType = jnp.bfloat16) -> Array | None:
+  """Whole-sequence attention without dropout by a kernel, or None where none can run.
 
-  query [b, q, h, d], key and value [b, k, h, d] (any float dtype; rounded to bf16 here), bias
-  broadcastable to [b, h, q, k] with 4 dimensions (the relative position bias and the mask) or
-  None. Returns softmax(q k + bias) v, [b, q, h, d] in `dtype`, computed as `reference` (the
-  unfused einsums with bf16 operands, float32 logits and softmax, bf16 weights) computes it,
+  query [b, q, h, d], key and value [b, k, h, d], bias broadcastable to [b, h, q, k] with 4
+  dimensions (the relative position bias and the mask) or None. `operands` is the products'
+  precision the model asks for: bfloat16 goes to `BF16`'s kernel (any float inputs, rounded to
+  bf16 and transposed to its layout; d and k multiples of 32); float32 (float32 inputs only) to
+  `F32`'s `t2t_f32_sequence_attention`, which reads this layout as it is (d and k multiples of
+  16). Returns softmax(q k + bias) v, [b, q, h, d] in `dtype`, computed as `reference` (the
+  unfused einsums: float32 logits and softmax; for bf16, bf16 operands and weights) computes it,
   up to float32 rounding. Under differentiation the forward and backward are `reference`'s (a
-  `custom_vjp`): the kernel has no backward, so training with dropout 0 is exactly XLA's.
+  `custom_vjp`): the kernels have no backward, so training with dropout 0 is exactly XLA's.
   The encoder at inference is the case it is for (benchmarks/README.md, "The encoder's
-  attention"). There is no float32 version: in T5-small's float32 encoder on a Zen 3, `F32`'s
-  attention kernel made the encoder ~0.2 s slower than XLA's fusions.
+  attention" and "Float32 encoder attention").
   """
   if query.ndim != 4 or key.ndim != 4:
     return None
   b, q, h, d = query.shape
   length = key.shape[1]
-  if (key.shape != (b, length, h, d) or value.shape != key.shape or d % 32 or length % 32
-      or q == 0 or not _bias_fits(bias, b, h, q, length)):
+  f32 = jnp.dtype(operands) == jnp.float32
+  if jnp.dtype(operands) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)) or (
+      f32 and not query.dtype == key.dtype == value.dtype == jnp.float32):
     return None
-  if not _single_cpu_device() or _library(BF16) is None:
+  multiple = 16 if f32 else 32
+  if (key.shape != (b, length, h, d) or value.shape != key.shape or d % multiple
+      or length % multiple or q == 0 or not _bias_fits(bias, b, h, q, length)):
     return None
-  return _kernel_forward(reference, jnp.dtype(dtype), query, key, value, bias)
+  if not _single_cpu_device() or _library(F32 if f32 else BF16) is None:
+    return None
+  return _kernel_forward(reference, jnp.dtype(dtype), f32, query, key, value, bias)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _kernel_forward(reference, dtype, query, key, value, bias):
+def _sequence_attention_call(query: Array, key: Array, value: Array, bias: Array | None) -> Array:
+  """`F32`'s softmax(q k^T + bias) v in the model's layout: query [b, q, h, d], key and value
+  [b, k, h, d], float32 -> float32 [b, q, h, d]."""
+  b, q, h, _ = query.shape
+  length = key.shape[1]
+  if bias is None:
+    bias = jnp.zeros((1, 1, q, length), jnp.float32)
+  else:
+    bias = jnp.asarray(bias, jnp.float32)
+    bias = jnp.broadcast_to(bias, (bias.shape[0], bias.shape[1], q, length))
+  return jax.ffi.ffi_call('t2t_f32_sequence_attention',
+                          jax.ShapeDtypeStruct(query.shape, jnp.float32),
+                          vmap_method='sequential')(query, key, value, bias)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _kernel_forward(reference, dtype, f32, query, key, value, bias):
+  if f32:
+    return _sequence_attention_call(query, key, value, bias).astype(dtype)
   out = _attention_call(jnp.swapaxes(query, 1, 2).astype(jnp.bfloat16),
                         jnp.transpose(key, (0, 2, 3, 1)).astype(jnp.bfloat16),
                         jnp.swapaxes(value, 1, 2).astype(jnp.bfloat16), bias)
   return jnp.swapaxes(out, 1, 2).astype(dtype)
 
 
-def _kernel_forward_fwd(reference, dtype, query, key, value, bias):
+def _kernel_forward_fwd(reference, dtype, f32, query, key, value, bias):
   out, pullback = jax.vjp(reference, query, key, value, bias)
   return out.astype(dtype), pullback
 
 
-def _kernel_forward_bwd(reference, dtype, pullback, ct):
+def _kernel_forward_bwd(reference, dtype, f32, pullback, ct):
   return pullback(ct)
 
 

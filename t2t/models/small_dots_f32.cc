@@ -11,6 +11,10 @@
 //   t2t_f32_transpose: W [K, N] -> W^T [N, K] (hoisted out of a decoding loop, unlike XLA's)
 //   t2t_f32_attention: softmax(q k + bias) v, q [B, H, Q, D], k [B, H, D, L], v [B, H, L, D]
 //     (D and L multiples of 32), any Q; float32 throughout.
+//   t2t_f32_sequence_attention: softmax(q k^T + bias) v for whole sequences (the encoder at
+//     inference) in the model's own layout, q [B, Q, H, D], k and v [B, L, H, D], bias [B or 1,
+//     H or 1, Q, L] -> [B, Q, H, D] (D and L multiples of 16): both products by a register-tiled
+//     6 x 16 micro-kernel, as a GEMM library would, the logits of a block of rows kept in cache.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -258,6 +262,136 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, f
       });
 }
 
+// --- Whole-sequence attention: softmax(q k^T + bias) v in [B, Q|L, H, D] layouts -------------
+// For one (batch row, head) and a block of query rows: logits [rows, L] = q k^T by 6 x 16
+// micro-tiles over k packed as [L / 16][D][16] (16 keys a strip), bias and softmax row by row,
+// then out [rows, D] = weights v by micro-tiles over v packed as [D / 16][L][16]. A micro-tile
+// keeps its 6 x 16 sums in 12 registers for the whole contraction and reads its 6 rows of A in
+// place (a row's D or L floats stay in L1), so only k and v are repacked, once per work item.
+constexpr int kTileRows = 6;
+constexpr int kTileCols = 16;
+constexpr int kSequenceBlock = 96;   // query rows of a work item: logits [96, L] in L2
+
+// c[r][0:16] = sum_k a[r][k] * b[k][0:16] for r < MR; a row r at a + r * lda, b packed [K][16].
+template <int MR>
+inline void Tile(const float* a, size_t lda, const float* b, int K, float* c, size_t ldc) {
+  __m256 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int k = 0; k < K; ++k, b += kTileCols) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + k);
+      acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+    _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+  }
+}
+
+// c [rows, 16 * strips] = a [rows, K] x packed b, strips of [K][16] one after another. Strips
+// outermost when a strip is small (q k^T: [D][16], kept in L1 while the rows pass), rows
+// outermost when it is not (weights v: [L][16] each; a panel of 6 rows then stays in L1).
+void TiledProduct(const float* a, size_t lda, int rows, const float* b, int K, int strips,
+                  float* c, size_t ldc, bool rows_outer) {
+  auto tile = [&](int r, int s) {
+    const float* strip = b + size_t(s) * K * kTileCols;
+    const float* ar = a + r * lda;
+    float* cr = c + r * ldc + s * kTileCols;
+    switch (std::min(kTileRows, rows - r)) {
+      case 6: Tile<6>(ar, lda, strip, K, cr, ldc); break;
+      case 5: Tile<5>(ar, lda, strip, K, cr, ldc); break;
+      case 4: Tile<4>(ar, lda, strip, K, cr, ldc); break;
+      case 3: Tile<3>(ar, lda, strip, K, cr, ldc); break;
+      case 2: Tile<2>(ar, lda, strip, K, cr, ldc); break;
+      default: Tile<1>(ar, lda, strip, K, cr, ldc); break;
+    }
+  };
+  if (rows_outer) {
+    for (int r = 0; r < rows; r += kTileRows)
+      for (int s = 0; s < strips; ++s) tile(r, s);
+  } else {
+    for (int s = 0; s < strips; ++s)
+      for (int r = 0; r < rows; r += kTileRows) tile(r, s);
+  }
+}
+
+ffi::Error SequenceAttention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                             ffi::AnyBuffer v, ffi::AnyBuffer bias,
+                             ffi::Result<ffi::AnyBuffer> out) {
+  const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions(), bd = bias.dimensions();
+  const auto od = out->dimensions();
+  const auto f32 = ffi::DataType::F32;
+  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || bd.size() != 4 || od.size() != 4 ||
+      q.element_type() != f32 || k.element_type() != f32 || v.element_type() != f32 ||
+      bias.element_type() != f32 || out->element_type() != f32) {
+    return ffi::Error::InvalidArgument(
+        "t2t_f32_sequence_attention: expects float32 q [B, Q, H, D], k and v [B, L, H, D], "
+        "bias [B or 1, H or 1, Q, L] and a float32 result [B, Q, H, D]");
+  }
+  const int B = int(qd[0]), Q = int(qd[1]), H = int(qd[2]), D = int(qd[3]), L = int(kd[1]);
+  if (kd[0] != B || kd[2] != H || kd[3] != D || vd[0] != B || vd[1] != L || vd[2] != H ||
+      vd[3] != D || (bd[0] != B && bd[0] != 1) || (bd[1] != H && bd[1] != 1) || bd[2] != Q ||
+      bd[3] != L || od[0] != B || od[1] != Q || od[2] != H || od[3] != D || D % kTileCols != 0 ||
+      L % kTileCols != 0) {
+    return ffi::Error::InvalidArgument(
+        "t2t_f32_sequence_attention: shapes disagree, or D or L is not a multiple of 16");
+  }
+  const auto* Qp = static_cast<const float*>(q.untyped_data());
+  const auto* Kp = static_cast<const float*>(k.untyped_data());
+  const auto* Vp = static_cast<const float*>(v.untyped_data());
+  const auto* Bp = static_cast<const float*>(bias.untyped_data());
+  auto* Op = static_cast<float*>(out->untyped_data());
+  const size_t bias_b = bd[0] == 1 ? 0 : size_t(bd[1]) * Q * L;
+  const size_t bias_h = bd[1] == 1 ? 0 : size_t(Q) * L;
+  const size_t row = size_t(H) * D;   // stride between positions in q, k, v and out
+  // Every (batch row, head)'s k as [L / 16][D][16] and v as [D / 16][L][16], packed once in a
+  // buffer the calling thread keeps (so its pages are not faulted in again every call).
+  thread_local std::vector<float> packed;
+  const size_t pair_floats = size_t(2) * L * D;
+  packed.resize(size_t(B) * H * pair_floats);
+  float* const packed_data = packed.data();
+  ParallelFor(pool, B * H, [=](int pair) {
+    const int b = pair / H, h = pair % H;
+    const float* kbh = Kp + size_t(b) * L * row + size_t(h) * D;
+    const float* vbh = Vp + size_t(b) * L * row + size_t(h) * D;
+    float* keys = packed_data + size_t(pair) * pair_floats;
+    float* values = keys + size_t(L) * D;
+    for (int s = 0; s < L / kTileCols; ++s) {
+      float* strip = keys + size_t(s) * D * kTileCols;
+      const float* first = kbh + size_t(s) * kTileCols * row;
+      for (int d = 0; d < D; ++d)
+        for (int j = 0; j < kTileCols; ++j) strip[d * kTileCols + j] = first[j * row + d];
+    }
+    for (int s = 0; s < D / kTileCols; ++s) {
+      float* strip = values + size_t(s) * L * kTileCols;
+      for (int l = 0; l < L; ++l) {
+        const float* value = vbh + size_t(l) * row + s * kTileCols;
+        _mm256_storeu_ps(strip + l * kTileCols, _mm256_loadu_ps(value));
+        _mm256_storeu_ps(strip + l * kTileCols + 8, _mm256_loadu_ps(value + 8));
+      }
+    }
+  });
+  const int blocks = (Q + kSequenceBlock - 1) / kSequenceBlock;
+  ParallelFor(pool, B * H * blocks, [=](int item) {
+    const int pair = item / blocks, r0 = (item % blocks) * kSequenceBlock;
+    const int b = pair / H, h = pair % H, rows = std::min(kSequenceBlock, Q - r0);
+    const float* keys = packed_data + size_t(pair) * pair_floats;
+    const float* values = keys + size_t(L) * D;
+    thread_local std::vector<float> logits;
+    logits.resize(size_t(kSequenceBlock) * L);
+    const float* qrows = Qp + (size_t(b) * Q + r0) * row + size_t(h) * D;
+    TiledProduct(qrows, row, rows, keys, D, L / kTileCols, logits.data(), L, false);
+    const float* brows = Bp + b * bias_b + h * bias_h + size_t(r0) * L;
+    for (int r = 0; r < rows; ++r) Softmax(logits.data() + size_t(r) * L, brows + size_t(r) * L, L);
+    float* orows = Op + (size_t(b) * Q + r0) * row + size_t(h) * D;
+    TiledProduct(logits.data(), L, rows, values, L, D / kTileCols, orows, row, true);
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_transpose, Transpose,
@@ -281,3 +415,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_nt, MatmulNT,
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<int64_t>("chunk"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_sequence_attention, SequenceAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());

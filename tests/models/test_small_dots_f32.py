@@ -1,7 +1,7 @@
 """Tests for the float32 kernels of t2t.models.small_dots (`F32`, small_dots_f32.cc): the NT
 product against XLA's dot, the transpose XLA hoists out of a decoding loop, the fused
-encoder-decoder attention against the unfused one, and a float32 T5 decoding the same tokens
-with them as without (greedy and beam search)."""
+encoder-decoder attention and the whole-sequence attention against the unfused ones, and a
+float32 T5 decoding the same tokens with them as without (greedy and beam search)."""
 import functools
 import re
 
@@ -203,8 +203,118 @@ def test_float32_model_decodes_the_same_tokens_with_and_without_the_kernels(beam
   monkeypatch.setenv(small_dots.SWITCH, '0')
   hlo_off, tokens_off = decode()
   assert all(f't2t_f32_{k}' in hlo_on for k in ('nt', 'transpose', 'attention'))
-  # The decoder's two cached cross-attentions; the encoder's attention stays with XLA.
+  # The decoder's two cached cross-attentions, and the encoder's two self-attentions.
   assert hlo_on.count('custom_call @t2t_f32_attention') == 2
+  assert hlo_on.count('custom_call @t2t_f32_sequence_attention') == 2
   assert 't2t_f32' not in hlo_off
   assert np.asarray(tokens_on).shape == (4, 8)
   np.testing.assert_array_equal(np.asarray(tokens_on), np.asarray(tokens_off))
+
+
+# --- Whole-sequence attention (t2t_f32_sequence_attention) ------------------------------------
+
+def _sequence_operands(seed, b, q, length, h, d, bias_shape, masked):
+  rng = np.random.default_rng(seed)
+  query, key, value = (jnp.asarray(rng.normal(size=shape), jnp.float32)
+                       for shape in ((b, q, h, d), (b, length, h, d), (b, length, h, d)))
+  bias = None if bias_shape is None else jnp.asarray(rng.normal(size=bias_shape), jnp.float32)
+  if masked:   # the last row's last third of the keys is padding
+    valid = np.ones((b, 1, 1, length), bool)
+    valid[-1, ..., 2 * length // 3:] = False
+    bias = bias + layers.mask_to_bias(jnp.asarray(valid))
+  return query, key, value, bias
+
+
+def _float32_attention():
+  reference = functools.partial(layers.plain_attention, dtype=jnp.float32, matmul_dtype=None)
+  return (lambda q, k, v, bias: small_dots.attention(q, k, v, bias, dtype=jnp.float32,
+                                                     reference=reference,
+                                                     operands=jnp.float32)), reference
+
+
+@needs_kernel
+@pytest.mark.parametrize('b,q,length,h,d,bias_shape,masked', [
+    (2, 64, 96, 2, 32, (1, 2, 64, 96), True),   # queries and keys of different lengths
+    (1, 100, 128, 3, 64, (1, 3, 100, 128), True),   # a block of 96 rows and 4 (tiles 6, then 4)
+    (2, 13, 32, 2, 16, (2, 2, 13, 32), False),   # a bias per batch row and head; 13 rows
+    (2, 16, 16, 1, 16, None, False),             # no bias at all
+    (3, 7, 48, 2, 32, (3, 1, 7, 48), True),      # a bias shared by the heads
+])
+def test_sequence_attention_matches_the_unfused_attention(b, q, length, h, d, bias_shape,
+                                                          masked):
+  query, key, value, bias = _sequence_operands(21, b, q, length, h, d, bias_shape, masked)
+  fused, reference = _float32_attention()
+  assert 't2t_f32_sequence_attention' in jax.jit(fused).lower(query, key, value, bias).as_text()
+  got = np.asarray(jax.jit(fused)(query, key, value, bias))
+  want = np.asarray(jax.jit(reference)(query, key, value, bias))
+  assert got.shape == (b, q, h, d) and got.dtype == np.float32
+  np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * float(np.max(np.abs(want))))
+  if masked:   # the masked keys get exactly zero weight
+    poisoned = value.at[-1, 2 * length // 3:].set(1e4)
+    np.testing.assert_array_equal(np.asarray(jax.jit(fused)(query, key, poisoned, bias)), got)
+
+
+@needs_kernel
+def test_sequence_attention_by_hand():
+  """Zero queries give every key the same logit, so each output row is the mean of the values
+  over the keys the bias leaves unmasked: here keys 0-15 for the first head, 0-7 for the second."""
+  value = jnp.arange(32 * 2 * 16, dtype=jnp.float32).reshape(1, 32, 2, 16)
+  query = jnp.zeros((1, 3, 2, 16), jnp.float32)
+  key = jnp.ones((1, 32, 2, 16), jnp.float32)
+  valid = np.zeros((1, 2, 3, 32), bool)
+  valid[0, 0, :, :16] = True
+  valid[0, 1, :, :8] = True
+  bias = layers.mask_to_bias(jnp.asarray(valid))
+  fused, _ = _float32_attention()
+  got = np.asarray(jax.jit(fused)(query, key, value, bias))
+  first = np.asarray(value)[0, :16, 0].mean(axis=0)    # [16]
+  second = np.asarray(value)[0, :8, 1].mean(axis=0)
+  np.testing.assert_allclose(got[0, :, 0], np.broadcast_to(first, (3, 16)), rtol=1e-6)
+  np.testing.assert_allclose(got[0, :, 1], np.broadcast_to(second, (3, 16)), rtol=1e-6)
+
+
+def test_sequence_attention_declines_what_it_does_not_handle():
+  fused, _ = _float32_attention()
+  query, key, value, bias = _sequence_operands(22, 2, 8, 64, 2, 32, (1, 2, 8, 64), False)
+  assert fused(query, key[:, :40], value[:, :40], bias[..., :40]) is None    # length 40
+  assert fused(query[..., :8], key[..., :8], value[..., :8], bias) is None   # d_kv 8
+  assert fused(query, key, value, bias[0]) is None                           # 3-D bias
+  assert fused(query, key, value.astype(jnp.float16), bias) is None          # mixed dtypes
+  assert small_dots.attention(query, key, value, bias, dtype=jnp.float32, reference=None,
+                              operands=jnp.float16) is None                  # no float16 kernel
+
+
+@needs_kernel
+@pytest.mark.parametrize('dropout_rate,enable_dropout,fused', [
+    (0.1, False, True),   # inference: no dropout
+    (0.0, True, True),    # training with dropout 0
+    (0.1, True, False),   # dropout on the weights: XLA's unfused attention
+])
+def test_float32_multi_head_attention_uses_the_kernel_without_dropout(dropout_rate,
+                                                                     enable_dropout, fused,
+                                                                     monkeypatch):
+  """The module's output with the kernel is XLA's to float32 rounding, and under jax.grad the
+  forward and backward are XLA's exactly (the kernel has no backward; the bias's gradient is
+  how T5's relative position embedding learns)."""
+  module = layers.MultiHeadAttention(num_heads=2, d_kv=32, dropout_rate=dropout_rate)
+  rng = np.random.default_rng(23)
+  x = jnp.asarray(rng.normal(size=(2, 32, 48)), jnp.float32)
+  bias = jnp.asarray(rng.normal(size=(1, 2, 32, 32)), jnp.float32)
+  params = module.init(jax.random.PRNGKey(0), x, x, bias, enable_dropout=False)
+
+  def run():   # new functions each time: jax.jit's trace cache would keep the first trace
+    apply = lambda p, x, bias: module.apply(p, x, x, bias, enable_dropout=enable_dropout,
+                                            rngs={'dropout': jax.random.PRNGKey(1)})
+    loss = lambda p, x, bias: jnp.sum(jnp.sin(apply(p, x, bias)))
+    lowered = jax.jit(apply).lower(params, x, bias).as_text()
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(params, x, bias)
+    return 't2t_f32_sequence_attention' in lowered, jax.jit(apply)(params, x, bias), grads
+
+  used, got, got_grads = run()
+  monkeypatch.setenv(small_dots.SWITCH, '0')
+  unused, want, want_grads = run()
+  assert used == fused and not unused
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0,
+                             atol=2e-5 * float(jnp.max(jnp.abs(want))))
+  for a, b in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

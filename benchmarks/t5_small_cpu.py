@@ -473,7 +473,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
       host_malloc=dict(t2t_retains_freed_memory=host_memory.applied(), peer=peer_malloc,
                        t2t_glibc_tunables=os.environ.get('GLIBC_TUNABLES'),
                        t2t_xla_cpu_memory_schedule=host_memory.memory_schedule()),
-      small_dots=small_dots.status(),   # t2t's few-row bf16 matmul kernel (decoding)
+      small_dots=small_dots.status(),   # t2t's CPU kernels: bf16 / f32 decoding, f32 GEMM
       config=dict(dataclasses.asdict(config), dtype=str(config.dtype),
                   param_dtype=str(config.param_dtype), matmul_dtype=str(config.matmul_dtype)),
       shapes=shapes,

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from t2t.models import small_dots
+from t2t.models import gemm, small_dots
 
 Array = jax.Array
 DType = Any
@@ -27,12 +27,15 @@ def matmul(spec: str, a: Array, b: Array, dtype: DType, matmul_dtype: DType | No
   accumulated in float32 and returned in `dtype`, and so are the two matmuls of the backward pass
   (`_mixed_einsum`): without that, JAX transposes a mixed dot into float32 x float32 dots. On a
   CPU with AVX512_BF16 this is XLA's fast dot path (benchmarks/README.md). Products with a few
-  rows may go to t2t's own kernels (`small_dots.dot`). `spec` must name every
+  rows may go to t2t's own kernels (`small_dots.dot`); float32 ones over whole sequences get
+  their gradients from t2t's GEMM (`gemm.dot`). `spec` must name every
   index of `a` in `b` or in the output and vice versa (true of every matmul in t2t).
   """
   if matmul_dtype is None:
     a, b = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
     out = small_dots.dot(spec, a, b)   # float32, a decoding step's few rows, on an AVX2 CPU
+    if out is None:
+      out = gemm.dot(spec, a, b)       # float32, whole sequences: the backward by t2t's GEMM
     return einsum2(spec, a, b) if out is None else out
   return _mixed_einsum(spec, jnp.dtype(matmul_dtype), jnp.dtype(dtype), a, b)
 

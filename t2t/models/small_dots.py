@@ -84,7 +84,9 @@ F32 = Library('f32', _HERE / 'small_dots_f32.cc', ('avx2', 'fma'),
               _COMMON_FLAGS + ('-mavx2', '-mfma'),
               ('t2t_f32_nt', 't2t_f32_transpose', 't2t_f32_attention',
                't2t_f32_sequence_attention'))
-LIBRARIES = (BF16, F32)
+GEMM_F32 = Library('gemm_f32', _HERE / 'gemm_f32.cc', ('avx2', 'fma'),
+                   _COMMON_FLAGS + ('-mavx2', '-mfma'), ('t2t_f32_gemm',))   # t2t/models/gemm.py
+LIBRARIES = (BF16, F32, GEMM_F32)
 
 
 def cache_dir() -> Path:
@@ -169,7 +171,7 @@ def _load_once(library: Library) -> ctypes.CDLL | None:
   return lib
 
 
-def _library(library: Library) -> ctypes.CDLL | None:
+def loaded(library: Library) -> ctypes.CDLL | None:
   """The loaded kernel, or None where it is switched off or cannot run (read on every trace)."""
   return None if unavailable_reason(library) is not None else _load(library)
 
@@ -189,18 +191,20 @@ def unavailable_reason(library: Library = BF16) -> str | None:
 def status() -> dict:
   """For benchmark records: whether each kernel library is used and, if not, why.
 
-  `enabled` is whether any is; `bf16` / `f32` give each one's `enabled` and `reason`.
+  `enabled` is whether any is; `bf16` / `f32` / `gemm_f32` give each one's `enabled` and
+  `reason`.
   """
   out: dict[str, Any] = {'max_rows': MAX_ROWS}
   for library in LIBRARIES:
-    loaded = _library(library) is not None
-    reason = None if loaded else (unavailable_reason(library) or 'build failed (see the warning)')
-    out[library.name] = {'enabled': loaded, 'reason': reason}
+    enabled = loaded(library) is not None
+    reason = None if enabled else (unavailable_reason(library) or 'build failed (see the warning)')
+    out[library.name] = {'enabled': enabled, 'reason': reason}
   out['enabled'] = any(out[library.name]['enabled'] for library in LIBRARIES)
   return out
 
 
-def _single_cpu_device() -> bool:
+def single_cpu_device() -> bool:
+  """Whether JAX runs on one CPU device (the kernels' only home: no sharding to respect)."""
   return jax.default_backend() == 'cpu' and jax.device_count() == 1
 
 
@@ -223,17 +227,16 @@ def weights_reused():
     _REUSED.reset(token)
 
 
-def dot(spec: str, a: Array, b: Array) -> Array | None:
-  """einsum(spec, a, b) in float32 by a kernel, or None where no kernel applies.
+def in_weights_reused() -> bool:
+  """Whether products traced now are inside `weights_reused()` (a decoding step)."""
+  return _REUSED.get()
 
-  a: [*free_a, *contracted] with prod(free_a) = M <= MAX_ROWS rows; b: [*contracted, *free_b] or
-  [*free_b, *contracted]; the output [*free_a, *free_b], float32. bf16 operands (rounded by the
-  caller) go to `BF16`; float32 ones to `F32`, inside `weights_reused()` only, differentiated as
-  the plain product.
-  """
-  dtypes = {a.dtype, b.dtype}
-  f32 = dtypes == {jnp.dtype(jnp.float32)}
-  if (dtypes != {jnp.dtype(jnp.bfloat16)} and not (f32 and _REUSED.get())) or '->' not in spec:
+
+def weight_product_axes(spec: str, a: Array, b: Array) -> tuple[str, str, str, str] | None:
+  """(a_free, contracted, b_free, b_spec) when `spec` is a product of a's trailing axes with some
+  of b's, no batch axes, the output [*a_free, *b_free] ('bld,dhk->blhk', 'bld,vd->blv'); else
+  None. Which of b's axes lead, and whether their sizes agree, is the caller's to check."""
+  if '->' not in spec:
     return None
   inputs, out = spec.split('->')
   a_spec, _, b_spec = inputs.partition(',')
@@ -246,6 +249,25 @@ def dot(spec: str, a: Array, b: Array) -> Array | None:
   if (not contracted or any(c in out for c in contracted) or out != a_free + b_free
       or a_spec != a_free + contracted):
     return None
+  return a_free, contracted, b_free, b_spec
+
+
+def dot(spec: str, a: Array, b: Array) -> Array | None:
+  """einsum(spec, a, b) in float32 by a kernel, or None where no kernel applies.
+
+  a: [*free_a, *contracted] with prod(free_a) = M <= MAX_ROWS rows; b: [*contracted, *free_b] or
+  [*free_b, *contracted]; the output [*free_a, *free_b], float32. bf16 operands (rounded by the
+  caller) go to `BF16`; float32 ones to `F32`, inside `weights_reused()` only, differentiated as
+  the plain product.
+  """
+  dtypes = {a.dtype, b.dtype}
+  f32 = dtypes == {jnp.dtype(jnp.float32)}
+  if (dtypes != {jnp.dtype(jnp.bfloat16)} and not (f32 and _REUSED.get())) or '->' not in spec:
+    return None
+  axes = weight_product_axes(spec, a, b)
+  if axes is None:
+    return None
+  a_free, contracted, b_free, b_spec = axes
   rows = math.prod(a.shape[:len(a_free)])
   depth = math.prod(a.shape[len(a_free):])
   width = math.prod(b.shape[b_spec.index(c)] for c in b_free)
@@ -264,7 +286,7 @@ def dot(spec: str, a: Array, b: Array) -> Array | None:
     layout, w = 'nk', b.reshape(width, depth)
   else:
     return None
-  if not _single_cpu_device() or _library(F32 if f32 else BF16) is None:
+  if not single_cpu_device() or loaded(F32 if f32 else BF16) is None:
     return None
   a2 = a.reshape(rows, depth)
   if f32:
@@ -358,7 +380,7 @@ def cross_attention(query: Array, key: Array, value: Array, bias: Array | None) 
   if (key.shape != (b, h, d, length) or value.shape != (b, h, length, d) or d % 32
       or length % 32 or q == 0 or not _bias_fits(bias, b, h, q, length)):
     return None
-  if not _single_cpu_device() or _library(library) is None:
+  if not single_cpu_device() or loaded(library) is None:
     return None
   return _attention_call(query, key, value, bias)
 
@@ -392,7 +414,7 @@ def attention(query: Array, key: Array, value: Array, bias: Array | None, *, dty
   if (key.shape != (b, length, h, d) or value.shape != key.shape or d % multiple
       or length % multiple or q == 0 or not _bias_fits(bias, b, h, q, length)):
     return None
-  if not _single_cpu_device() or _library(F32 if f32 else BF16) is None:
+  if not single_cpu_device() or loaded(F32 if f32 else BF16) is None:
     return None
   return _kernel_forward(reference, jnp.dtype(dtype), f32, query, key, value, bias)
 

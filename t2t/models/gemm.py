@@ -1,0 +1,113 @@
+"""The backward pass of whole-sequence float32 weight products, by t2t's own GEMM on AVX2 CPUs.
+
+Differentiating `x @ w` needs `g @ w^T` and `x^T @ g`. For T5-small's float32 train step on a
+2-core Zen 3, XLA:CPU feeds the second to its dot as a transposed copy of the large operand: the
+encoder FFN's [8 * 512, 2048] hidden gradient (140-180 ms a layer, written column by column) and
+the logits' [8 * 114, 32128] gradient (~380 ms), ~1.2 s of a ~10 s step (benchmarks/README.md,
+"The backward pass's transposes"). `gemm_f32.cc` reads either operand transposed where it lies,
+so nothing is copied; on plain products it runs at about XLA's speed.
+
+`dot(spec, a, b)` returns the product for a float32 contraction of a's trailing axes against b's
+leading or trailing axes with no batch axes (every weight product of the Transformer:
+'bld,dhk->blhk', 'blhk,hkd->bld', 'bld,vd->blv', ...) with at least `MIN_ROWS` rows, outside a
+decoding step (`small_dots.weights_reused`), on a single-device CPU backend whose processor has
+AVX2 and FMA (`small_dots.GEMM_F32`, compiled on first use as the other kernels are); None
+otherwise, and the caller (`matmuls.matmul`) uses XLA's einsum. The forward product is XLA's own
+dot, so inference and the forward pass compile as before; only the two gradient products run in
+the kernel (a `custom_vjp`). Attention's batched products stay with XLA.
+
+`T2T_GEMM=0` turns it off alone; `T2T_SMALL_DOTS=0` turns off every t2t kernel, this one too.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+
+from t2t.models import small_dots
+
+Array = jax.Array
+
+MIN_ROWS = 128      # rows of the product (tokens) below which XLA's backward is left alone
+SWITCH = 'T2T_GEMM'
+
+
+def unavailable_reason() -> str | None:
+  """Why the GEMM cannot run in this process (None when it can)."""
+  if os.environ.get(SWITCH, '1') == '0':
+    return f'{SWITCH}=0'
+  return small_dots.unavailable_reason(small_dots.GEMM_F32)
+
+
+def dot(spec: str, a: Array, b: Array) -> Array | None:
+  """einsum(spec, a, b), differentiated by the GEMM kernel, or None where it does not apply.
+
+  a: [*free_a, *contracted] with M = prod(free_a) >= MIN_ROWS rows; b: [*contracted, *free_b]
+  or [*free_b, *contracted]; the output [*free_a, *free_b]. Both operands float32.
+  """
+  if a.dtype != jnp.float32 or b.dtype != jnp.float32 or small_dots.in_weights_reused():
+    return None
+  axes = small_dots.weight_product_axes(spec, a, b)
+  if axes is None:
+    return None
+  a_free, contracted, b_free, b_spec = axes
+  a_contracted = tuple(a.shape[len(a_free):])
+  if b_spec == contracted + b_free and tuple(b.shape[:len(contracted)]) == a_contracted:
+    transpose_b = False
+  elif b_spec == b_free + contracted and tuple(b.shape[len(b_free):]) == a_contracted:
+    transpose_b = True
+  else:
+    return None   # mismatched sizes: left to einsum's error
+  rows, depth = math.prod(a.shape[:len(a_free)]), math.prod(a_contracted)
+  b_free_shape = tuple(b.shape[b_spec.index(c)] for c in b_free)
+  width = math.prod(b_free_shape)
+  if rows < MIN_ROWS or depth == 0 or width == 0:
+    return None
+  if (not small_dots.single_cpu_device() or unavailable_reason() is not None
+      or small_dots.loaded(small_dots.GEMM_F32) is None):
+    return None
+  w = b.reshape((width, depth) if transpose_b else (depth, width))
+  return product(a.reshape(rows, depth), w, transpose_b).reshape(
+      a.shape[:len(a_free)] + b_free_shape)
+
+
+def _kernel(a: Array, b: Array, transpose_a: bool, transpose_b: bool) -> Array:
+  """op(a) [M, K] x op(b) [K, N] -> [M, N] by the kernel; op transposes where asked."""
+  if small_dots.loaded(small_dots.GEMM_F32) is None:   # registers the target on first use
+    raise RuntimeError(f'The float32 GEMM kernel cannot run here: {unavailable_reason()}.')
+  m = a.shape[1] if transpose_a else a.shape[0]
+  n = b.shape[0] if transpose_b else b.shape[1]
+  return jax.ffi.ffi_call('t2t_f32_gemm', jax.ShapeDtypeStruct((m, n), jnp.float32),
+                          vmap_method='sequential')(a, b, transpose_a=transpose_a,
+                                                    transpose_b=transpose_b)
+
+
+def _xla_product(a: Array, w: Array, transpose_b: bool) -> Array:
+  return jax.lax.dot_general(a, w, (((1,), (1 if transpose_b else 0,)), ((), ())))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def product(a: Array, w: Array, transpose_b: bool) -> Array:
+  """a [M, K] x w -> [M, N] float32 by XLA's dot: w is [K, N], or [N, K] with `transpose_b`.
+
+  Its gradients are the kernel's: for a, ct [M, N] x op(w)^T; for w, a^T x ct ([K, N]) or
+  ct^T x a ([N, K]), each operand read in place (float32 sums in another order than XLA's).
+  """
+  return _xla_product(a, w, transpose_b)
+
+
+def _product_fwd(a, w, transpose_b):
+  return _xla_product(a, w, transpose_b), (a, w)
+
+
+def _product_bwd(transpose_b, residuals, ct):
+  a, w = residuals
+  da = _kernel(ct, w, False, not transpose_b)
+  dw = _kernel(ct, a, True, False) if transpose_b else _kernel(a, ct, True, False)
+  return da, dw
+
+
+product.defvjp(_product_fwd, _product_bwd)

@@ -22,14 +22,16 @@ operand is [N, K] (K a multiple of 32 for bf16, of 8 for float32) or [K, N] (bf1
 multiple of 32; float32: only inside `weights_reused()`, transposed once). Each library is
 compiled from its source with the system's C++ compiler on first use and kept in
 `$T2T_CACHE_DIR` (default `$XDG_CACHE_HOME/t2t`, else `~/.cache/t2t`); without a compiler t2t
-warns once and uses XLA's dot. `T2T_SMALL_DOTS=0` turns both off.
+warns once and uses XLA's dot. `T2T_SMALL_DOTS=0` turns them all off.
 
 `cross_attention(query, key, value, bias)` does the same for a decoding step's encoder-decoder
 attention over its bf16 or float32 cache (`MultiHeadAttention`): both products and the softmax
-in one call; `attention(...)` for bf16 whole-sequence attention without dropout (the encoder
-at inference), with XLA's gradient when differentiated. Inside `weights_reused()` (a decoding step)
-a [K, N] weight is given to the kernel transposed, a transpose XLA computes once before the
-decoding loop.
+in one call; `attention(...)` for whole-sequence attention without dropout (the encoder at
+inference), bf16 (`BF16`) or float32 (`F32`'s `t2t_f32_sequence_attention`, in the model's own
+[b, len, heads, kv] layout), with XLA's gradient when differentiated. Inside `weights_reused()`
+(a decoding step) a [K, N] weight is given to the kernel transposed, a transpose XLA computes
+once before the decoding loop. The float32 GEMM library (`GEMM_F32`) is loaded here too, for
+`gemm.py`.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Differentiating `x @ w` needs `g @ w^T` and `x^T @ g`. For T5-small's float32 tr
 2-core Zen 3, XLA:CPU feeds the second to its dot as a transposed copy of the large operand: the
 encoder FFN's [8 * 512, 2048] hidden gradient (140-180 ms a layer, written column by column) and
 the logits' [8 * 114, 32128] gradient (~380 ms), ~1.2 s of a ~10 s step (benchmarks/README.md,
-"The backward pass's transposes"). `gemm_f32.cc` reads either operand transposed where it lies,
+"Float32 on Zen 3"). `gemm_f32.cc` reads either operand transposed where it lies,
 so nothing is copied; on plain products it runs at about XLA's speed.
 
 `dot(spec, a, b)` returns the product for a float32 contraction of a's trailing axes against b's

@@ -402,7 +402,7 @@ def attention(query: Array, key: Array, value: Array, bias: Array | None, *, dty
   up to float32 rounding. Under differentiation the forward and backward are `reference`'s (a
   `custom_vjp`): the kernels have no backward, so training with dropout 0 is exactly XLA's.
   The encoder at inference is the case it is for (benchmarks/README.md, "The encoder's
-  attention" and "Float32 encoder attention").
+  attention" and "Float32 on Zen 3").
   """
   if query.ndim != 4 or key.ndim != 4:
     return None

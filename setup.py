@@ -74,7 +74,8 @@ setup(
     # The CPU kernels' sources, compiled on first use (t2t/models/small_dots.py, gemm.py).
     package_data={"tasks": ["vocab/*.model", "vocab/*.vocab"],
                   "t2t.models": ["small_dots.cc", "small_dots_f32.cc", "gemm_f32.cc",
-                                 "small_dots_common.h"]},
+                                 "attention_train_f32.cc", "small_dots_common.h",
+                                 "attention_tiles_f32.h"]},
     data_files=gin_data_files(),
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

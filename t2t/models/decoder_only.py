@@ -87,8 +87,8 @@ class DecoderOnlyStack(nn.Module):
           raise ValueError('Incremental decoding needs at least one decoder layer.')
         self.put_variable('cache', 'cache_index', jnp.array(0, jnp.int32))
         self.put_variable('cache', 'written', jnp.zeros(tokens.shape, bool))
-      bias = self.relpos_bias(length, length) + layers.mask_to_bias(
-          decoder_only_mask(tokens.shape, segment_ids, causal_attention))
+      bias = layers.add_mask_bias(self.relpos_bias(length, length),
+                                  decoder_only_mask(tokens.shape, segment_ids, causal_attention))
     x = t5._constrain(drop(self.shared_embedding(tokens)))  # pylint: disable=protected-access
     if c.scan_layers:
       if c.num_decoder_layers:

@@ -21,7 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t.models import dropout_plan, philox, small_dots
+from t2t.models import small_dots, train_attention
+from t2t.models.dropout import (DROPOUT_BITS, Dropout, _dropout, dropout_keep_mask,  # noqa: F401
+                                dropout_keep_prob, with_planned_dropout)  # (re-exported)
 from t2t.models.matmuls import einsum2, matmul
 
 Array = jax.Array
@@ -201,107 +203,6 @@ class RelativePositionBias(nn.Module):
     return values[None]
 
 
-# Random bits per dropout decision. 16 bits quantise the rate to multiples of 2**-16 (0.1 -> 0.100006)
-# and halve the random words a mask needs (two decisions per 32-bit word).
-DROPOUT_BITS = 16
-
-
-def _materialised(rng: Array) -> Array:
-  """`rng` unchanged, behind an optimisation barrier.
-
-  The key of a dropout site is a short scalar chain (flax's `fold_in` of the module path, itself
-  after the step's `fold_in`). Left to itself, XLA fuses that chain into the mask's elementwise
-  kernel; behind the barrier it is computed once as its own small kernel. Same bits either way
-  (tests/models/test_layers.py); the T5-small train step with 'philox4x32' keys compiled in 15.5 s
-  instead of 18.7 s (benchmarks/README, "The dropout PRNG").
-  """
-  # A typed key goes through the barrier as it is: unwrapping it and wrapping it again by
-  # `jax.random.key_impl`, which names an implementation, would swap t2t's philox4x32
-  # (t2t/models/philox.py) for JAX's, whose name it shares.
-  return jax.lax.optimization_barrier(rng)
-
-
-def dropout_keep_mask(rng: Array, rate: float, shape: tuple[int, ...]) -> tuple[Array, float]:
-  """A boolean keep mask [shape] with P(drop) = round(rate * 2**16) / 2**16, and that keep probability.
-
-  Each decision is a 16-bit random value (a bitcast half of a 32-bit word: no arithmetic); one
-  below the threshold drops its element. The halves of uniform 32-bit words are independent
-  uniform 16-bit values, so the decisions are independent Bernoulli draws, and the rate is exact
-  to 2**-16 (`jax.random.bernoulli` instead turns one 32-bit word into a float per element).
-  Where the words come from depends on the key's PRNG (`Trainer.dropout_prng`):
-  - philox4x32 (the default; JAX's implementation or t2t's partitionable twin): all four words
-    of each Philox-4x32-10 block (`philox.block_words`), eight decisions per block: element e
-    takes the 16-bit half e % 2 (low first) of word (e % 8) // 2 of block e // 8, the blocks
-    indexed row-major over `shape` with its last axis / 8 when that divides (else flat). Per
-    decision that is a quarter of the Philox rounds of `jax.random.bits`, which folds each
-    block into one word: T5-small's step ~10% faster on the 2-core CPU (benchmarks/README,
-    "The dropout PRNG").
-  - any other key ('rbg', 'threefry2x32'): `jax.random.bits`' 32-bit words, two decisions each.
-  """
-  threshold = int(round(rate * 2 ** DROPOUT_BITS))
-  size = math.prod(shape)
-  rng = _materialised(rng)
-  in_shape = False
-  if philox.is_philox4x32_key(rng):
-    per_block = 128 // DROPOUT_BITS
-    in_shape = bool(shape) and shape[-1] % per_block == 0
-    blocks = (*shape[:-1], shape[-1] // per_block) if in_shape else (-(-size // per_block),)
-    words = philox.block_words(rng, blocks)
-  else:
-    words = jax.random.bits(rng, ((size + 1) // 2,), jnp.uint32)
-  halves = jax.lax.bitcast_convert_type(words, jnp.uint16)
-  if in_shape:  # [*shape[:-1], last / 8, 4, 2]: only trailing axes merge, so the mask of a
-    halves = halves.reshape(shape)  # sharded activation is made in its shards
-  else:
-    halves = halves.reshape(-1)[:size].reshape(shape)
-  keep = halves >= jnp.uint16(threshold)
-  return keep, dropout_keep_prob(rate)
-
-
-def dropout_keep_prob(rate: float) -> float:
-  """The keep probability of `dropout_keep_mask`'s masks: 1 - rate quantised to 2**-16."""
-  return 1.0 - int(round(rate * 2 ** DROPOUT_BITS)) / 2 ** DROPOUT_BITS
-
-
-def with_planned_dropout(loss_fn: Callable[..., Any], rows: Sequence[Array] = ()
-                         ) -> Callable[..., Any]:
-  """`loss_fn(params, batch, rng)` whose `Dropout` sites take masks made up front, in batches.
-
-  Same masks as the sites would make themselves, from fewer kernels: see
-  t2t/models/dropout_plan.py (`with_planned_masks`; `rows`: the program's
-  `dropout_plan.row_arguments`).
-  """
-  return dropout_plan.with_planned_masks(loss_fn, dropout_keep_mask, rows)
-
-
-class Dropout(nn.Module):
-  """Inverted dropout (`flax.linen.Dropout`'s contract) with a 16-bit keep mask (`dropout_keep_mask`).
-
-  Kept elements are scaled by 1 / keep_prob so the expectation is unchanged; uses the 'dropout' rng.
-  Same shape in and out.
-  """
-  rate: float
-  rng_collection: str = 'dropout'
-
-  @nn.compact
-  def __call__(self, x: Array, deterministic: bool) -> Array:
-    if deterministic or self.rate == 0.0:
-      return x
-    if not 0.0 <= self.rate < 1.0:
-      raise ValueError(f'Dropout rate must be in [0, 1), got {self.rate}.')
-    rng = self.make_rng(self.rng_collection)
-    keep = dropout_plan.site_mask(self.scope, self.rng_collection, self.rate, x.shape)
-    if keep is None:
-      keep, keep_prob = dropout_keep_mask(rng, self.rate, x.shape)
-    else:  # made up front with the step's other masks (t2t/models/dropout_plan.py); same bits
-      keep_prob = dropout_keep_prob(self.rate)
-    return jnp.where(keep, x * jnp.asarray(1.0 / keep_prob, x.dtype), jnp.zeros((), x.dtype))
-
-
-def _dropout(x: Array, rate: float, enable_dropout: bool, name: str | None = None) -> Array:
-  return Dropout(rate=rate, name=name)(x, deterministic=not enable_dropout)
-
-
 class MultiHeadAttention(nn.Module):
   """Multi-head dot-product attention without logit scaling and without biases.
 
@@ -397,6 +298,14 @@ class MultiHeadAttention(nn.Module):
                                        reference=reference, operands=operands)
           if fused is not None:
             return self._output_projection(fused, inputs_q)
+        elif self._dropout_kernel(enable_dropout) and train_attention.applies(query, key, value,
+                                                                               bias):
+          # Training in float32: the softmax, this site's dropout and both products, forward and
+          # backward, in one kernel each (t2t/models/train_attention.py); the same keep mask.
+          keep, keep_prob = Dropout(rate=self.dropout_rate).keep_mask(
+              (query.shape[0], query.shape[2], query.shape[1], key.shape[1]))
+          fused = train_attention.dropout_attention(query, key, value, bias, keep, keep_prob)
+          return self._output_projection(fused.astype(self.dtype), inputs_q)
 
     # A float32 cache of rounded values (`_for_cache` on a CPU): the same products, accumulated in
     # float32 like `matmul`'s, without converting the cache every step.
@@ -426,6 +335,12 @@ class MultiHeadAttention(nn.Module):
     if self.matmul_dtype is not None:
       return jnp.bfloat16 if jnp.dtype(self.matmul_dtype) == jnp.bfloat16 else None
     return jnp.float32 if jnp.dtype(self.dtype) == jnp.float32 else None
+
+  def _dropout_kernel(self, enable_dropout: bool) -> bool:
+    """Whether this attention's weights get dropout in float32 throughout: the case
+    `train_attention` has a kernel for (on a CPU with AVX2 and FMA)."""
+    return (enable_dropout and self.dropout_rate > 0 and self.matmul_dtype is None
+            and jnp.dtype(self.dtype) == jnp.float32)
 
   def _output_projection(self, out: Array, inputs_q: Array) -> Array:
     """out [b, q, heads, kv] -> [b, q, embed] by the 'out' DenseGeneral."""
@@ -607,3 +522,48 @@ def make_attention_mask(query_valid: Array, key_valid: Array, query_segment_ids:
 def mask_to_bias(mask: Array) -> Array:
   """Boolean mask -> additive float32 bias (0 where allowed, NEG_INF where masked)."""
   return jnp.where(mask, 0.0, NEG_INF).astype(jnp.float32)
+
+
+def add_mask_bias(position_bias: Array, mask: Array) -> Array:
+  """position_bias [1, heads, q, k] + mask_to_bias(mask [b, 1, q, k]) -> the logits' bias [b, heads, q, k].
+
+  The same sum as `+`, differentiated so that the position bias's gradient (the sum of the
+  logits' gradients over the batch, for every layer's attention) is a product with a vector of
+  ones: XLA:CPU reduces a [8, 8, 512, 512] float32 array over its leading axis in ~157 ms, and
+  the same sum as a dot in ~3 ms (2-core Zen 3, jitted alone; benchmarks/README.md).
+  """
+  mask_bias = mask_to_bias(mask)
+  if jnp.ndim(position_bias) != 4 or mask_bias.ndim != 4 or jnp.shape(position_bias)[0] != 1:
+    return position_bias + mask_bias     # per-row positions (decoding): nothing to sum
+  return _add_batch_bias(position_bias, mask_bias)
+
+
+@jax.custom_vjp
+def _add_batch_bias(position_bias: Array, mask_bias: Array) -> Array:
+  return position_bias + mask_bias
+
+
+def _add_batch_bias_fwd(position_bias, mask_bias):
+  # Zero-size arrays carry the operands' shapes and dtypes to the backward (residuals are arrays).
+  return position_bias + mask_bias, (position_bias[:0], mask_bias[:0])
+
+
+def _add_batch_bias_bwd(residuals, ct):
+  position_like, mask_like = residuals   # [0, heads, q, k] and [0, 1 or heads, q, k]
+  d_position = ct
+  if ct.shape[0] > 1:   # the sum over the batch as ones [1, b] x ct [b, heads * q * k]
+    d_position = jax.lax.dot_general(jnp.ones((1, ct.shape[0]), ct.dtype),
+                                     ct.reshape(ct.shape[0], -1), (((1,), (0,)), ((), ())),
+                                     precision=jax.lax.Precision.HIGHEST)
+  d_position = _sum_to(d_position.reshape((1,) + ct.shape[1:]), (1, *position_like.shape[1:]))
+  d_mask = _sum_to(ct, (ct.shape[0], *mask_like.shape[1:]))
+  return d_position.astype(position_like.dtype), d_mask.astype(mask_like.dtype)
+
+
+def _sum_to(x: Array, shape: tuple[int, ...]) -> Array:
+  """x summed over the axes where `shape` has 1 (keeping them), to `shape`."""
+  axes = tuple(i for i, (n, m) in enumerate(zip(x.shape, shape)) if m == 1 and n != 1)
+  return jnp.sum(x, axis=axes, keepdims=True) if axes else x
+
+
+_add_batch_bias.defvjp(_add_batch_bias_fwd, _add_batch_bias_bwd)

@@ -82,13 +82,18 @@ class Library:
 BF16 = Library('bf16', _HERE / 'small_dots.cc', ('avx512f', 'avx512bw', 'avx512_bf16'),
                _COMMON_FLAGS + ('-mavx512f', '-mavx512bw', '-mavx512vl', '-mavx512bf16'),
                ('t2t_bf16_nn', 't2t_bf16_nt', 't2t_bf16_attention'))
+_F32_HEADERS = (_HERE / 'small_dots_common.h', _HERE / 'attention_tiles_f32.h')
 F32 = Library('f32', _HERE / 'small_dots_f32.cc', ('avx2', 'fma'),
               _COMMON_FLAGS + ('-mavx2', '-mfma'),
               ('t2t_f32_nt', 't2t_f32_transpose', 't2t_f32_attention',
-               't2t_f32_sequence_attention'))
+               't2t_f32_sequence_attention'), _F32_HEADERS)
 GEMM_F32 = Library('gemm_f32', _HERE / 'gemm_f32.cc', ('avx2', 'fma'),
                    _COMMON_FLAGS + ('-mavx2', '-mfma'), ('t2t_f32_gemm',))   # t2t/models/gemm.py
-LIBRARIES = (BF16, F32, GEMM_F32)
+ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
+    'attention_train_f32', _HERE / 'attention_train_f32.cc', ('avx2', 'fma'),
+    _COMMON_FLAGS + ('-mavx2', '-mfma'),
+    ('t2t_f32_attention_train_fwd', 't2t_f32_attention_train_bwd'), _F32_HEADERS)
+LIBRARIES = (BF16, F32, GEMM_F32, ATTENTION_TRAIN_F32)
 
 
 def cache_dir() -> Path:

@@ -22,11 +22,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention_tiles_f32.h"
 #include "small_dots_common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 using t2t::ParallelFor;
+using namespace t2t::f32;
 
 namespace {
 
@@ -186,63 +188,8 @@ void NNRows(const float* A, const float* W, float* C, int M, int K, int N) {
 
 // --- Attention, fused: softmax(q k + bias) v ----------------------------------------------
 // As small_dots.cc's t2t_bf16_attention, in float32: for each (batch row, head) and block of
-// query rows, logits = q K + bias, softmax, out = weights V, the logits of a block kept in cache.
-
-// e^x for x <= 0: 2^n e^r with n = round(x log2 e), |r| <= ln2 / 2, and a degree-7 Taylor
-// polynomial (relative error < 1e-8). Below -87 (where e^x is no longer a normal float) it gives
-// 0, as XLA's exp does with denormals flushed to zero.
-inline __m256 ExpNonPositive(__m256 x) {
-  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i scale =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)));
-}
-
-inline float ReduceMax(__m256 v) {
-  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-  return _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
-}
-
-inline float ReduceSum(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-}
-
-// logits [L] + bias [L] -> softmax weights, in place; L a multiple of 8.
-void Softmax(float* logits, const float* bias, int L) {
-  __m256 vmax = _mm256_set1_ps(-INFINITY);
-  for (int i = 0; i < L; i += 8) {
-    const __m256 x = _mm256_add_ps(_mm256_loadu_ps(logits + i), _mm256_loadu_ps(bias + i));
-    _mm256_storeu_ps(logits + i, x);
-    vmax = _mm256_max_ps(vmax, x);
-  }
-  const __m256 m = _mm256_set1_ps(ReduceMax(vmax));
-  __m256 vsum = _mm256_setzero_ps();
-  for (int i = 0; i < L; i += 8) {
-    const __m256 e = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(logits + i), m));
-    _mm256_storeu_ps(logits + i, e);
-    vsum = _mm256_add_ps(vsum, e);
-  }
-  const __m256 inverse = _mm256_set1_ps(1.0f / ReduceSum(vsum));
-  for (int i = 0; i < L; i += 8) {
-    _mm256_storeu_ps(logits + i, _mm256_mul_ps(_mm256_loadu_ps(logits + i), inverse));
-  }
-}
+// query rows, logits = q K + bias, softmax, out = weights V, the logits of a block kept in cache
+// (e^x and the softmax: attention_tiles_f32.h).
 
 constexpr int kBlockRows = 64;  // query rows whose logits [rows, L] one work item keeps in cache
 
@@ -268,55 +215,7 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, f
 // then out [rows, D] = weights v by micro-tiles over v packed as [D / 16][L][16]. A micro-tile
 // keeps its 6 x 16 sums in 12 registers for the whole contraction and reads its 6 rows of A in
 // place (a row's D or L floats stay in L1), so only k and v are repacked, once per work item.
-constexpr int kTileRows = 6;
-constexpr int kTileCols = 16;
 constexpr int kSequenceBlock = 96;   // query rows of a work item: logits [96, L] in L2
-
-// c[r][0:16] = sum_k a[r][k] * b[k][0:16] for r < MR; a row r at a + r * lda, b packed [K][16].
-template <int MR>
-inline void Tile(const float* a, size_t lda, const float* b, int K, float* c, size_t ldc) {
-  __m256 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int k = 0; k < K; ++k, b += kTileCols) {
-    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 x = _mm256_broadcast_ss(a + r * lda + k);
-      acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(c + r * ldc, acc[r][0]);
-    _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
-  }
-}
-
-// c [rows, 16 * strips] = a [rows, K] x packed b, strips of [K][16] one after another. Strips
-// outermost when a strip is small (q k^T: [D][16], kept in L1 while the rows pass), rows
-// outermost when it is not (weights v: [L][16] each; a panel of 6 rows then stays in L1).
-void TiledProduct(const float* a, size_t lda, int rows, const float* b, int K, int strips,
-                  float* c, size_t ldc, bool rows_outer) {
-  auto tile = [&](int r, int s) {
-    const float* strip = b + size_t(s) * K * kTileCols;
-    const float* ar = a + r * lda;
-    float* cr = c + r * ldc + s * kTileCols;
-    switch (std::min(kTileRows, rows - r)) {
-      case 6: Tile<6>(ar, lda, strip, K, cr, ldc); break;
-      case 5: Tile<5>(ar, lda, strip, K, cr, ldc); break;
-      case 4: Tile<4>(ar, lda, strip, K, cr, ldc); break;
-      case 3: Tile<3>(ar, lda, strip, K, cr, ldc); break;
-      case 2: Tile<2>(ar, lda, strip, K, cr, ldc); break;
-      default: Tile<1>(ar, lda, strip, K, cr, ldc); break;
-    }
-  };
-  if (rows_outer) {
-    for (int r = 0; r < rows; r += kTileRows)
-      for (int s = 0; s < strips; ++s) tile(r, s);
-  } else {
-    for (int s = 0; s < strips; ++s)
-      for (int r = 0; r < rows; r += kTileRows) tile(r, s);
-  }
-}
 
 ffi::Error SequenceAttention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k,
                              ffi::AnyBuffer v, ffi::AnyBuffer bias,
@@ -358,21 +257,8 @@ ffi::Error SequenceAttention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuf
     const float* kbh = Kp + size_t(b) * L * row + size_t(h) * D;
     const float* vbh = Vp + size_t(b) * L * row + size_t(h) * D;
     float* keys = packed_data + size_t(pair) * pair_floats;
-    float* values = keys + size_t(L) * D;
-    for (int s = 0; s < L / kTileCols; ++s) {
-      float* strip = keys + size_t(s) * D * kTileCols;
-      const float* first = kbh + size_t(s) * kTileCols * row;
-      for (int d = 0; d < D; ++d)
-        for (int j = 0; j < kTileCols; ++j) strip[d * kTileCols + j] = first[j * row + d];
-    }
-    for (int s = 0; s < D / kTileCols; ++s) {
-      float* strip = values + size_t(s) * L * kTileCols;
-      for (int l = 0; l < L; ++l) {
-        const float* value = vbh + size_t(l) * row + s * kTileCols;
-        _mm256_storeu_ps(strip + l * kTileCols, _mm256_loadu_ps(value));
-        _mm256_storeu_ps(strip + l * kTileCols + 8, _mm256_loadu_ps(value + 8));
-      }
-    }
+    PackTransposedStrips(kbh, row, L, D, keys);
+    PackStrips(vbh, row, L, D, keys + size_t(L) * D);
   });
   const int blocks = (Q + kSequenceBlock - 1) / kSequenceBlock;
   ParallelFor(pool, B * H * blocks, [=](int item) {

@@ -61,8 +61,8 @@ class T5EncoderStates(nn.Module):
       x = jnp.concatenate([self.prompt(tokens.shape[0]).astype(x.dtype), x], axis=1)
       valid = jnp.concatenate([jnp.ones((tokens.shape[0], n), bool), valid], axis=1)
     length = x.shape[1]
-    bias = enc.relpos_bias(length, length) + layers.mask_to_bias(
-        layers.make_attention_mask(valid, valid))
+    bias = layers.add_mask_bias(enc.relpos_bias(length, length),
+                                layers.make_attention_mask(valid, valid))
     x = drop(x)
     states = [x[:, n:]]
     for layer in enc.layers:

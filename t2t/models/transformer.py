@@ -361,8 +361,8 @@ class Encoder(nn.Module):
     length = x.shape[1]
     # Positions inside each packed segment differ from the row positions by a constant, so relative
     # offsets between tokens of one segment are the row offsets: no per-segment positions needed.
-    bias = self.relpos_bias(length, length) + layers.mask_to_bias(
-        layers.make_attention_mask(valid, valid, segment_ids, segment_ids))
+    bias = layers.add_mask_bias(self.relpos_bias(length, length), layers.make_attention_mask(
+        valid, valid, segment_ids, segment_ids))
     if c.scan_layers:
       if c.num_encoder_layers:
         x, _ = self.layers(x, bias, enable_dropout)
@@ -454,7 +454,7 @@ class Decoder(nn.Module):
       # the causal mask already keeps real positions from seeing padding that follows them.
       dec_valid = (decoder_segment_ids > 0 if decoder_segment_ids is not None
                    else jnp.ones(tokens.shape, bool))
-      self_bias = self.relpos_bias(length, length) + layers.mask_to_bias(layers.make_attention_mask(
+      self_bias = layers.add_mask_bias(self.relpos_bias(length, length), layers.make_attention_mask(
           dec_valid, dec_valid, decoder_segment_ids, decoder_segment_ids, causal=True))
       cross_mask = layers.make_attention_mask(dec_valid, encoder_valid, decoder_segment_ids,
                                               encoder_segment_ids)

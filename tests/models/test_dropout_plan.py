@@ -10,7 +10,7 @@ import pytest
 import seqio
 from flax.core import scope as flax_scope
 
-from t2t.models import api, dropout_plan, layers, philox
+from t2t.models import api, dropout, dropout_plan, layers, philox
 from t2t.models.transformer import Transformer
 from tests.models import helpers
 
@@ -55,15 +55,15 @@ def _loss_and_grads(loss_fn, params, batch, rng):
 
 
 def _counting_masks(monkeypatch):
-  """Records the shape of every `layers.dropout_keep_mask` trace (per site, or per planned group)."""
+  """Records the shape of every `dropout_keep_mask` trace (per site, or per planned group)."""
   shapes = []
-  original = layers.dropout_keep_mask
+  original = dropout.dropout_keep_mask
 
   def counted(rng, rate, shape):
     shapes.append(tuple(shape))
     return original(rng, rate, shape)
 
-  monkeypatch.setattr(layers, 'dropout_keep_mask', counted)
+  monkeypatch.setattr(dropout, 'dropout_keep_mask', counted)
   return shapes
 
 

@@ -403,3 +403,29 @@ def test_dense_and_embed_attend_with_bf16_matmuls_match_rounded_float32():
   np.testing.assert_allclose(embed.apply({'params': eparams}, q, method=layers.Embed.attend),
                              jnp.einsum('abd,vd->abv', rounded(q), rounded(eparams['embedding'])),
                              rtol=1e-6, atol=1e-6)
+
+
+def test_add_mask_bias_is_the_sum_and_its_gradient_sums_over_the_batch():
+  """Forward: position bias + mask_to_bias(mask); backward: the position bias's gradient is the
+  logits' gradient summed over the batch (here by hand: ct = 1 everywhere -> b), the same as
+  `+`'s to float32 rounding."""
+  rng = np.random.default_rng(0)
+  position = jnp.asarray(rng.normal(size=(1, 3, 5, 6)), jnp.float32)
+  mask = jnp.asarray(rng.random((4, 1, 5, 6)) > 0.3)
+  out = layers.add_mask_bias(position, mask)
+  np.testing.assert_array_equal(np.asarray(out),
+                                np.asarray(position + layers.mask_to_bias(mask)))
+  d_ones = jax.grad(lambda p: jnp.sum(layers.add_mask_bias(p, mask)))(position)
+  np.testing.assert_array_equal(np.asarray(d_ones), np.full((1, 3, 5, 6), 4.0))
+  ct = jnp.asarray(rng.normal(size=(4, 3, 5, 6)), jnp.float32)
+  got = jax.grad(lambda p: jnp.sum(layers.add_mask_bias(p, mask) * ct))(position)
+  want = jax.grad(lambda p: jnp.sum((p + layers.mask_to_bias(mask)) * ct))(position)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_add_mask_bias_with_per_row_positions_is_a_plain_sum():
+  position = jnp.ones((2, 3, 1, 4), jnp.float32)   # per-row query offsets (decoding)
+  mask = jnp.ones((2, 1, 1, 4), bool).at[1, 0, 0, 3].set(False)
+  out = layers.add_mask_bias(position, mask)
+  assert out.shape == (2, 3, 1, 4)
+  assert float(out[0, 0, 0, 3]) == 1.0 and float(out[1, 0, 0, 3]) < -1e8

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import seqio
 
-from t2t.models import decoding, layers, matmuls, small_dots
+from t2t.models import decoding, layers, matmuls, small_dots, train_attention
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import Transformer
 from tests.models import helpers
@@ -295,7 +295,9 @@ def test_float32_multi_head_attention_uses_the_kernel_without_dropout(dropout_ra
                                                                      monkeypatch):
   """The module's output with the kernel is XLA's to float32 rounding, and under jax.grad the
   forward and backward are XLA's exactly (the kernel has no backward; the bias's gradient is
-  how T5's relative position embedding learns)."""
+  how T5's relative position embedding learns). Training dropout's own kernel is switched off
+  here (tests/models/test_train_attention.py covers it)."""
+  monkeypatch.setenv(train_attention.SWITCH, '0')
   module = layers.MultiHeadAttention(num_heads=2, d_kv=32, dropout_rate=dropout_rate)
   rng = np.random.default_rng(23)
   x = jnp.asarray(rng.normal(size=(2, 32, 48)), jnp.float32)

@@ -1,0 +1,279 @@
+// Whole-sequence attention with dropout on its weights, forward and backward, in float32 on x86
+// CPUs with AVX2 and FMA: the training step's encoder self-attention and encoder-decoder
+// attention. Loaded by t2t/models/small_dots.py (library ATTENTION_F32) as XLA FFI handlers and
+// used by t2t/models/train_attention.py.
+//
+// XLA computes a T5-small layer's training attention (batch 8, 8 heads, 512 x 512) as ~10 fusions
+// that each pass over [8, 8, 512, 512] float32 tensors (logits, softmax, dropout, their
+// gradients), ~55-67 GFLOP/s on a 2-core Zen 3 (benchmarks/README.md). Here one work item is one
+// (batch row, head): its products run through attention_tiles_f32.h's 6 x 16 register tiles and
+// the elementwise steps are done row by row while the row is in cache.
+//
+//   t2t_f32_attention_train_fwd: q [B, Q, H, D], k and v [B, L, H, D], bias [B or 1, H or 1, Q, L],
+//     keep (bool) [B, H, Q, L], attribute scale (1 / keep probability) ->
+//     out [B, Q, H, D] = (P * keep * scale) v and P [B, H, Q, L] = softmax(q k^T + bias).
+//   t2t_f32_attention_train_bwd: q, k, v, P, keep, d_out [B, Q, H, D], scale ->
+//     d_q, d_k, d_v and d_logits [B, H, Q, L] (the bias's gradient before any broadcast sum):
+//       dW = d_out v^T,  dP = dW * keep * scale,  d_logits = P * (dP - rowsum(dP * P)),
+//       d_v = (P * keep * scale)^T d_out,  d_q = d_logits k,  d_k = d_logits^T q.
+// D and L multiples of 16; Q any.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "attention_tiles_f32.h"
+#include "small_dots_common.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+using t2t::ParallelFor;
+using namespace t2t::f32;
+
+namespace {
+
+constexpr int kForwardBlock = 96;    // query rows of a forward work item: their P [96, L] in L2
+constexpr int kBackwardBlock = 96;   // query rows a backward step takes: three [48, L] in L2
+
+struct Shape {
+  int B = 0, Q = 0, H = 0, D = 0, L = 0;
+  size_t row = 0;   // stride between positions of q, k, v and out: H * D
+};
+
+bool Is(const ffi::AnyBuffer& x, ffi::DataType type, std::initializer_list<int64_t> dims) {
+  const auto d = x.dimensions();
+  return x.element_type() == type && d.size() == dims.size() &&
+         std::equal(d.begin(), d.end(), dims.begin());
+}
+
+// q, k, v's shape, checked with the other operands (the name says whose error it is).
+ffi::Error ReadShape(const char* name, const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
+                     const ffi::AnyBuffer& v, Shape& s) {
+  const auto qd = q.dimensions(), kd = k.dimensions();
+  if (qd.size() != 4 || kd.size() != 4) {
+    return ffi::Error::InvalidArgument(std::string(name) + ": q, k, v must be [B, len, H, D]");
+  }
+  s.B = int(qd[0]); s.Q = int(qd[1]); s.H = int(qd[2]); s.D = int(qd[3]); s.L = int(kd[1]);
+  s.row = size_t(s.H) * s.D;
+  const auto f32 = ffi::DataType::F32;
+  if (!Is(q, f32, {s.B, s.Q, s.H, s.D}) || !Is(k, f32, {s.B, s.L, s.H, s.D}) ||
+      !Is(v, f32, {s.B, s.L, s.H, s.D}) || s.D % kTileCols != 0 || s.L % kTileCols != 0) {
+    return ffi::Error::InvalidArgument(
+        std::string(name) + ": expects float32 q [B, Q, H, D], k and v [B, L, H, D] with D and "
+        "L multiples of 16");
+  }
+  return ffi::Error::Success();
+}
+
+// Where column j (a multiple of 8) of row r of a [rows, L] matrix goes in its strips of 16
+// columns, [L / 16][rows][16] (PackStrips' layout).
+inline size_t StripIndex(int r, int j, int rows) {
+  return (size_t(j / kTileCols) * rows + r) * kTileCols + j % kTileCols;
+}
+
+// x [rows, cols] (row i at x + i * ld) -> out [cols, rows], contiguous.
+inline void TransposeRows(const float* x, size_t ld, int rows, int cols, float* out) {
+  for (int i = 0; i < rows; ++i)
+    for (int c = 0; c < cols; ++c) out[size_t(c) * rows + i] = x[size_t(i) * ld + c];
+}
+
+// c [rows, cols], contiguous -> out [cols, rows] with row i of out at out + i * ld.
+inline void ScatterTransposed(const float* c, int rows, int cols, float* out, size_t ld) {
+  for (int i = 0; i < cols; ++i)
+    for (int r = 0; r < rows; ++r) out[size_t(i) * ld + r] = c[size_t(r) * cols + i];
+}
+
+// 8 keep flags (bytes of 0 or 1) -> 8 floats, each `scale` or 0.
+inline __m256 KeepScale(const uint8_t* keep, __m256 scale) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), scale);
+}
+
+ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                   ffi::AnyBuffer bias, ffi::AnyBuffer keep, ffi::Result<ffi::AnyBuffer> out,
+                   ffi::Result<ffi::AnyBuffer> probs, float scale) {
+  static const char* kName = "t2t_f32_attention_train_fwd";
+  Shape s;
+  if (auto error = ReadShape(kName, q, k, v, s); error.failure()) return error;
+  const auto bd = bias.dimensions();
+  if (bd.size() != 4 || bias.element_type() != ffi::DataType::F32 ||
+      (bd[0] != s.B && bd[0] != 1) || (bd[1] != s.H && bd[1] != 1) || bd[2] != s.Q ||
+      bd[3] != s.L || !Is(keep, ffi::DataType::PRED, {s.B, s.H, s.Q, s.L}) ||
+      !Is(*out, ffi::DataType::F32, {s.B, s.Q, s.H, s.D}) ||
+      !Is(*probs, ffi::DataType::F32, {s.B, s.H, s.Q, s.L})) {
+    return ffi::Error::InvalidArgument(
+        std::string(kName) + ": expects float32 bias [B or 1, H or 1, Q, L], bool keep "
+        "[B, H, Q, L], results float32 [B, Q, H, D] and [B, H, Q, L]");
+  }
+  const int B = s.B, Q = s.Q, H = s.H, D = s.D, L = s.L;
+  const size_t row = s.row;
+  const auto* Qp = static_cast<const float*>(q.untyped_data());
+  const auto* Kp = static_cast<const float*>(k.untyped_data());
+  const auto* Vp = static_cast<const float*>(v.untyped_data());
+  const auto* Bp = static_cast<const float*>(bias.untyped_data());
+  const auto* Mp = static_cast<const uint8_t*>(keep.untyped_data());
+  auto* Op = static_cast<float*>(out->untyped_data());
+  auto* Pp = static_cast<float*>(probs->untyped_data());
+  const size_t bias_b = bd[0] == 1 ? 0 : size_t(bd[1]) * Q * L;
+  const size_t bias_h = bd[1] == 1 ? 0 : size_t(Q) * L;
+  // k as [L / 16][D][16] and v as [D / 16][L][16] for every (batch row, head), packed once.
+  thread_local std::vector<float> packed;
+  const size_t pair_floats = size_t(2) * L * D;
+  packed.resize(size_t(B) * H * pair_floats);
+  float* const packed_data = packed.data();
+  ParallelFor(pool, B * H, [=](int pair) {
+    const size_t offset = size_t(pair / H) * L * row + size_t(pair % H) * D;
+    float* keys = packed_data + size_t(pair) * pair_floats;
+    PackTransposedStrips(Kp + offset, row, L, D, keys);
+    PackStrips(Vp + offset, row, L, D, keys + size_t(L) * D);
+  });
+  const int blocks = (Q + kForwardBlock - 1) / kForwardBlock;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  ParallelFor(pool, B * H * blocks, [=](int item) {
+    const int pair = item / blocks, r0 = (item % blocks) * kForwardBlock;
+    const int b = pair / H, h = pair % H, rows = std::min(kForwardBlock, Q - r0);
+    const float* keys = packed_data + size_t(pair) * pair_floats;
+    const float* values = keys + size_t(L) * D;
+    const size_t first = (size_t(pair) * Q + r0) * L;   // P's and keep's [rows, L] block
+    float* p = Pp + first;
+    const float* qrows = Qp + (size_t(b) * Q + r0) * row + size_t(h) * D;
+    TiledProduct(qrows, row, rows, keys, D, L / kTileCols, p, L, false);
+    const float* brows = Bp + b * bias_b + h * bias_h + size_t(r0) * L;
+    thread_local std::vector<float> dropped;
+    dropped.resize(size_t(kForwardBlock) * L);
+    for (int r = 0; r < rows; ++r) {
+      float* pr = p + size_t(r) * L;
+      Softmax(pr, brows + size_t(r) * L, L);
+      const uint8_t* mr = Mp + first + size_t(r) * L;
+      float* dr = dropped.data() + size_t(r) * L;
+      for (int j = 0; j < L; j += 8) {
+        _mm256_storeu_ps(dr + j, _mm256_mul_ps(_mm256_loadu_ps(pr + j), KeepScale(mr + j, vscale)));
+      }
+    }
+    float* orows = Op + (size_t(b) * Q + r0) * row + size_t(h) * D;
+    TiledProduct(dropped.data(), L, rows, values, L, D / kTileCols, orows, row, true);
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                    ffi::AnyBuffer probs, ffi::AnyBuffer keep, ffi::AnyBuffer d_out,
+                    ffi::Result<ffi::AnyBuffer> d_q, ffi::Result<ffi::AnyBuffer> d_k,
+                    ffi::Result<ffi::AnyBuffer> d_v, ffi::Result<ffi::AnyBuffer> d_logits,
+                    float scale) {
+  static const char* kName = "t2t_f32_attention_train_bwd";
+  Shape s;
+  if (auto error = ReadShape(kName, q, k, v, s); error.failure()) return error;
+  const auto f32 = ffi::DataType::F32;
+  if (!Is(probs, f32, {s.B, s.H, s.Q, s.L}) ||
+      !Is(keep, ffi::DataType::PRED, {s.B, s.H, s.Q, s.L}) ||
+      !Is(d_out, f32, {s.B, s.Q, s.H, s.D}) || !Is(*d_q, f32, {s.B, s.Q, s.H, s.D}) ||
+      !Is(*d_k, f32, {s.B, s.L, s.H, s.D}) || !Is(*d_v, f32, {s.B, s.L, s.H, s.D}) ||
+      !Is(*d_logits, f32, {s.B, s.H, s.Q, s.L})) {
+    return ffi::Error::InvalidArgument(
+        std::string(kName) + ": expects float32 P [B, H, Q, L], bool keep [B, H, Q, L], "
+        "d_out [B, Q, H, D] and results shaped as q, k, v and P");
+  }
+  const int Q = s.Q, H = s.H, D = s.D, L = s.L;
+  const size_t row = s.row;
+  const auto* Qp = static_cast<const float*>(q.untyped_data());
+  const auto* Kp = static_cast<const float*>(k.untyped_data());
+  const auto* Vp = static_cast<const float*>(v.untyped_data());
+  const auto* Pp = static_cast<const float*>(probs.untyped_data());
+  const auto* Mp = static_cast<const uint8_t*>(keep.untyped_data());
+  const auto* Gp = static_cast<const float*>(d_out.untyped_data());
+  auto* DQ = static_cast<float*>(d_q->untyped_data());
+  auto* DK = static_cast<float*>(d_k->untyped_data());
+  auto* DV = static_cast<float*>(d_v->untyped_data());
+  auto* DS = static_cast<float*>(d_logits->untyped_data());
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const int strips = L / kTileCols;
+  // One work item per (batch row, head), its query rows in blocks whose [rows, L] pieces stay in
+  // L2: P and keep are read once and d_logits written once; d_v^T and d_k^T [D, L] accumulate.
+  ParallelFor(pool, s.B * H, [=](int pair) {
+    const int b = pair / H, h = pair % H;
+    const size_t q_offset = size_t(b) * Q * row + size_t(h) * D;
+    const size_t kv_offset = size_t(b) * L * row + size_t(h) * D;
+    thread_local std::vector<float> buffer;
+    const size_t block_floats = size_t(kBackwardBlock) * L;
+    buffer.resize(size_t(4) * L * D + 3 * block_floats + size_t(D) * kBackwardBlock);
+    float* const v_strips = buffer.data();                 // v^T as [L / 16][D][16]
+    float* const k_strips = v_strips + size_t(L) * D;      // k as [D / 16][L][16]
+    float* const d_vt = k_strips + size_t(L) * D;          // [D, L]
+    float* const d_kt = d_vt + size_t(L) * D;              // [D, L]
+    float* const dp = d_kt + size_t(L) * D;                // a block's dW, then dP: [rows, L]
+    float* const dropped = dp + block_floats;              // P * keep * scale, [L / 16][rows][16]
+    float* const ds_strips = dropped + block_floats;       // d_logits, [L / 16][rows][16]
+    float* const transposed = ds_strips + block_floats;    // d_out's or q's block, [D, rows]
+    PackTransposedStrips(Vp + kv_offset, row, L, D, v_strips);
+    PackStrips(Kp + kv_offset, row, L, D, k_strips);
+    std::fill(d_vt, d_vt + 2 * size_t(L) * D, 0.0f);
+    for (int r0 = 0; r0 < Q; r0 += kBackwardBlock) {
+      const int rows = std::min(kBackwardBlock, Q - r0);
+      const size_t first = (size_t(pair) * Q + r0) * L;
+      const float* g = Gp + q_offset + size_t(r0) * row;
+      TiledProduct(g, row, rows, v_strips, D, strips, dp, L, false);   // dW = d_out v^T
+      for (int r = 0; r < rows; ++r) {
+        const float* pr = Pp + first + size_t(r) * L;
+        const uint8_t* mr = Mp + first + size_t(r) * L;
+        float* dr = dp + size_t(r) * L;
+        float* sr = DS + first + size_t(r) * L;
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < L; j += 8) {
+          const __m256 m = KeepScale(mr + j, vscale), p = _mm256_loadu_ps(pr + j);
+          const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dr + j), m);
+          _mm256_storeu_ps(dr + j, d);
+          _mm256_storeu_ps(dropped + StripIndex(r, j, rows), _mm256_mul_ps(p, m));
+          acc = _mm256_fmadd_ps(d, p, acc);
+        }
+        const __m256 delta = _mm256_set1_ps(ReduceSum(acc));
+        for (int j = 0; j < L; j += 8) {
+          const __m256 ds = _mm256_mul_ps(_mm256_loadu_ps(pr + j),
+                                          _mm256_sub_ps(_mm256_loadu_ps(dr + j), delta));
+          _mm256_storeu_ps(sr + j, ds);
+          _mm256_storeu_ps(ds_strips + StripIndex(r, j, rows), ds);
+        }
+      }
+      // d_q = d_logits k, this block's rows of it (d_logits read back while in cache).
+      TiledProduct(DS + first, L, rows, k_strips, L, D / kTileCols, DQ + q_offset + size_t(r0) * row,
+                   row, true);
+      // d_v^T += d_out^T (P * keep * scale) and d_k^T += q^T d_logits over this block's rows.
+      TransposeRows(g, row, rows, D, transposed);
+      TiledProduct<false, true>(transposed, rows, D, dropped, rows, strips, d_vt, L, false);
+      TransposeRows(Qp + q_offset + size_t(r0) * row, row, rows, D, transposed);
+      TiledProduct<false, true>(transposed, rows, D, ds_strips, rows, strips, d_kt, L, false);
+    }
+    ScatterTransposed(d_vt, D, L, DV + kv_offset, row);
+    ScatterTransposed(d_kt, D, L, DK + kv_offset, row);
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_attention_train_fwd, Forward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<float>("scale"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_attention_train_bwd, Backward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<float>("scale"));

@@ -1,0 +1,110 @@
+"""Training attention with dropout on its weights, forward and backward by a float32 CPU kernel.
+
+T5's attention (Raffel et al. 2020, section 3.1.1: Vaswani et al.'s attention without the
+1/sqrt(d) scale) applies dropout to the softmax weights when training: out = (P * keep /
+keep_prob) v with P = softmax(q k^T + bias). XLA:CPU runs a T5-small encoder layer's version of
+that, forward and backward, as ~10 fusions each passing over [8, 8, 512, 512] float32 tensors,
+~55-67 GFLOP/s on a 2-core Zen 3 (benchmarks/README.md). `dropout_attention` hands it to
+`attention_train_f32.cc` (library `small_dots.ATTENTION_TRAIN_F32`, AVX2 + FMA): the forward
+keeps P for the backward, which computes
+
+  dW = d_out v^T,  dP = dW * keep / keep_prob,  d_logits = P * (dP - rowsum(dP * P)),
+  d_v = (P * keep / keep_prob)^T d_out,  d_q = d_logits k,  d_k = d_logits^T q,
+
+the bias's gradient being d_logits summed over the axes the bias broadcasts. The keep mask is the
+one the model's `Dropout` site draws (`layers.Dropout.keep_mask`), so the kernel and XLA's path
+drop the same weights; their results differ only in float32 summation order.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2t.models import small_dots
+
+Array = jax.Array
+
+SWITCH = 'T2T_TRAIN_ATTENTION'
+
+
+def unavailable_reason() -> str | None:
+  """Why the kernel cannot run in this process (None when it can)."""
+  if os.environ.get(SWITCH, '1') == '0':
+    return f'{SWITCH}=0'
+  return small_dots.unavailable_reason(small_dots.ATTENTION_TRAIN_F32)
+
+
+def applies(query: Array, key: Array, value: Array, bias: Array | None) -> bool:
+  """Whether `dropout_attention` takes these operands: float32 query [b, q, h, d], key and value
+  [b, k, h, d] with d and k multiples of 16, a bias broadcastable to [b, h, q, k] (4-D, first two
+  dimensions full or 1) or None, one CPU device, and the kernel built for this CPU."""
+  if query.ndim != 4 or key.ndim != 4:
+    return False
+  b, q, h, d = query.shape
+  length = key.shape[1]
+  if (not query.dtype == key.dtype == value.dtype == jnp.float32
+      or key.shape != (b, length, h, d) or value.shape != key.shape
+      or d % 16 or length % 16 or q == 0 or not small_dots._bias_fits(bias, b, h, q, length)):
+    return False
+  if not small_dots.single_cpu_device() or unavailable_reason() is not None:
+    return False
+  return small_dots.loaded(small_dots.ATTENTION_TRAIN_F32) is not None
+
+
+def dropout_attention(query: Array, key: Array, value: Array, bias: Array | None, keep: Array,
+                      keep_prob: float) -> Array:
+  """(softmax(q k^T + bias) * keep / keep_prob) v by the kernel, differentiable.
+
+  query [b, q, h, d], key and value [b, k, h, d] (float32; `applies` must hold), bias
+  broadcastable to [b, h, q, k] or None, keep bool [b, h, q, k]. Returns [b, q, h, d] float32.
+  """
+  b, q, h, _ = query.shape
+  length = key.shape[1]
+  if keep.shape != (b, h, q, length) or keep.dtype != jnp.bool_:
+    raise ValueError(f'dropout_attention: keep must be bool {(b, h, q, length)}, got '
+                     f'{keep.dtype} {keep.shape}.')
+  if bias is None:
+    bias = jnp.zeros((1, 1, q, length), jnp.float32)
+  bias = jnp.asarray(bias, jnp.float32)
+  bias = jnp.broadcast_to(bias, (bias.shape[0], bias.shape[1], q, length))
+  summed = tuple(axis for axis in (0, 1) if bias.shape[axis] == 1 and (b, h)[axis] > 1)
+  return _attention(query, key, value, bias, keep, float(1.0 / keep_prob), summed)
+
+
+def _forward_call(query, key, value, bias, keep, scale):
+  b, q, h, _ = query.shape
+  shapes = (jax.ShapeDtypeStruct(query.shape, jnp.float32),
+            jax.ShapeDtypeStruct((b, h, q, key.shape[1]), jnp.float32))
+  return jax.ffi.ffi_call('t2t_f32_attention_train_fwd', shapes, vmap_method='sequential')(
+      query, key, value, bias, keep, scale=np.float32(scale))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _attention(query, key, value, bias, keep, scale, summed):
+  """`summed`: the axes (of 0 and 1) the bias broadcasts, over which its gradient is summed."""
+  return _forward_call(query, key, value, bias, keep, scale)[0]
+
+
+def _attention_fwd(query, key, value, bias, keep, scale, summed):
+  out, probs = _forward_call(query, key, value, bias, keep, scale)
+  return out, (query, key, value, probs, keep)
+
+
+def _attention_bwd(scale, summed, residuals, d_out):
+  query, key, value, probs, keep = residuals
+  shapes = (jax.ShapeDtypeStruct(query.shape, jnp.float32),
+            jax.ShapeDtypeStruct(key.shape, jnp.float32),
+            jax.ShapeDtypeStruct(value.shape, jnp.float32),
+            jax.ShapeDtypeStruct(probs.shape, jnp.float32))
+  d_query, d_key, d_value, d_logits = jax.ffi.ffi_call(
+      't2t_f32_attention_train_bwd', shapes, vmap_method='sequential')(
+          query, key, value, probs, keep, d_out.astype(jnp.float32), scale=np.float32(scale))
+  d_bias = jnp.sum(d_logits, axis=summed, keepdims=True) if summed else d_logits
+  return d_query, d_key, d_value, d_bias, None
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)

@@ -1,0 +1,167 @@
+"""Tests for t2t.models.train_attention (attention_train_f32.cc): training attention with dropout
+on its weights, forward and backward, against the unfused einsums, by hand, and inside a float32
+T5's loss with the same dropout masks as XLA's path."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import seqio
+
+from t2t.models import layers, small_dots, train_attention
+from t2t.models.api import EncoderDecoderModel
+from t2t.models.transformer import Transformer
+from tests.models import helpers
+
+# The kernel needs an x86 CPU with AVX2 and FMA and a C++ compiler; where both exist it must
+# build and run (a failed build fails these tests rather than skipping them).
+_REASON = train_attention.unavailable_reason()
+needs_kernel = pytest.mark.skipif(_REASON is not None and 'T2T_' not in _REASON,
+                                  reason=f'float32 training attention kernel unavailable: {_REASON}')
+
+
+@pytest.fixture(autouse=True)
+def _kernel_on(monkeypatch):
+  monkeypatch.delenv(small_dots.SWITCH, raising=False)
+  monkeypatch.delenv(train_attention.SWITCH, raising=False)
+
+
+def _normal(seed, shape):
+  return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
+
+
+def _reference(query, key, value, bias, keep, keep_prob):
+  """What MultiHeadAttention computes without the kernel (float32 throughout)."""
+  logits = jnp.einsum('bqhd,bkhd->bhqk', query, key)
+  if bias is not None:
+    logits = logits + bias
+  weights = jax.nn.softmax(logits, axis=-1)
+  weights = jnp.where(keep, weights * (1.0 / keep_prob), 0.0)
+  return jnp.einsum('bhqk,bkhd->bqhd', weights, value)
+
+
+@needs_kernel
+def test_kernel_builds_and_reports_enabled():
+  assert small_dots.status()['attention_train_f32'] == {'enabled': True, 'reason': None}
+
+
+@needs_kernel
+@pytest.mark.parametrize('b, q, length, h, d, bias_shape', [
+    (2, 40, 64, 3, 32, (1, 3)),      # relative position bias: one per head, shared by the batch
+    (2, 64, 48, 2, 16, (2, 1)),      # padding mask: one per batch row, shared by the heads
+    (3, 7, 32, 2, 16, (3, 2)),       # a full bias; fewer queries than one register tile
+    (1, 114, 96, 2, 16, None),       # no bias; query rows not a multiple of the 6-row tile
+])
+def test_forward_and_gradients_match_the_einsums(b, q, length, h, d, bias_shape):
+  query, key, value = _normal(0, (b, q, h, d)), _normal(1, (b, length, h, d)), _normal(2, (b, length, h, d))
+  bias = None if bias_shape is None else _normal(3, (*bias_shape, q, length))
+  keep = jnp.asarray(np.random.default_rng(4).random((b, h, q, length)) > 0.25)
+  assert train_attention.applies(query, key, value, bias)
+  ct = _normal(5, (b, q, h, d))
+
+  def grads(fn):
+    args = (query, key, value) + (() if bias is None else (bias,))
+    call = lambda *a: fn(*a[:3], a[3] if len(a) > 3 else None, keep, 0.75)
+    out, pullback = jax.vjp(call, *args)
+    return out, pullback(ct)
+
+  out, got = jax.jit(lambda: grads(train_attention.dropout_attention))()
+  want_out, want = jax.jit(lambda: grads(_reference))()
+  np.testing.assert_allclose(np.asarray(out), np.asarray(want_out), rtol=0, atol=2e-5)
+  for name, g, w in zip(('query', 'key', 'value', 'bias'), got, want):
+    scale = float(jnp.max(jnp.abs(w)))
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=2e-6 * scale + 1e-9,
+                               err_msg=name)
+
+
+@needs_kernel
+def test_by_hand():
+  """q = 0 and no bias: P = 1/16 for each of 16 keys; keys 0-7 dropped at keep_prob 0.5, so the
+  output is (2/16) * sum of the kept values, and each kept value's gradient is (2/16) * d_out."""
+  query = jnp.zeros((1, 1, 1, 16), jnp.float32)
+  key = _normal(0, (1, 16, 1, 16))
+  value = jnp.broadcast_to(jnp.arange(16, dtype=jnp.float32)[None, :, None, None], (1, 16, 1, 16))
+  keep = jnp.asarray(np.arange(16) >= 8).reshape(1, 1, 1, 16)
+  out, pullback = jax.vjp(
+      lambda v: train_attention.dropout_attention(query, key, v, None, keep, 0.5), value)
+  np.testing.assert_allclose(np.asarray(out), np.full((1, 1, 1, 16), 2 / 16 * sum(range(8, 16))),
+                             rtol=1e-6)
+  (d_value,) = pullback(jnp.ones_like(out))
+  want = np.where(np.arange(16) >= 8, 2 / 16, 0.0)[None, :, None, None] * np.ones((1, 16, 1, 16))
+  np.testing.assert_allclose(np.asarray(d_value), want, rtol=1e-6)
+
+
+@needs_kernel
+def test_dropped_keys_contribute_nothing():
+  query, key = _normal(0, (1, 6, 2, 16)), _normal(1, (1, 32, 2, 16))
+  value = _normal(2, (1, 32, 2, 16))
+  keep = jnp.ones((1, 2, 6, 32), bool).at[:, :, :, 5].set(False)
+  changed = value.at[:, 5].set(1e6)
+  first = train_attention.dropout_attention(query, key, value, None, keep, 0.9)
+  second = train_attention.dropout_attention(query, key, changed, None, keep, 0.9)
+  np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
+
+
+def test_what_the_kernel_declines(monkeypatch):
+  q, kv = _normal(0, (1, 8, 2, 16)), _normal(1, (1, 32, 2, 16))
+  assert not train_attention.applies(q.astype(jnp.bfloat16), kv.astype(jnp.bfloat16),
+                                     kv.astype(jnp.bfloat16), None)            # not float32
+  assert not train_attention.applies(_normal(0, (1, 8, 2, 8)), _normal(1, (1, 32, 2, 8)),
+                                     _normal(1, (1, 32, 2, 8)), None)          # d % 16
+  assert not train_attention.applies(q, _normal(1, (1, 24, 2, 16)), _normal(1, (1, 24, 2, 16)),
+                                     None)                                      # keys % 16
+  assert not train_attention.applies(q, kv, kv, jnp.zeros((8, 32)))           # bias not 4-D
+  monkeypatch.setenv(train_attention.SWITCH, '0')
+  assert train_attention.unavailable_reason() == 'T2T_TRAIN_ATTENTION=0'
+  assert not train_attention.applies(q, kv, kv, None)
+
+
+@needs_kernel
+def test_a_keep_mask_of_the_wrong_shape_is_refused():
+  q, kv = _normal(0, (1, 8, 2, 16)), _normal(1, (1, 32, 2, 16))
+  with pytest.raises(ValueError, match=r'keep must be bool \(1, 2, 8, 32\)'):
+    train_attention.dropout_attention(q, kv, kv, None, jnp.ones((1, 8, 2, 32), bool), 0.9)
+
+
+def test_dropout_keep_mask_is_what_the_site_applies():
+  """`Dropout.keep_mask` draws the same bits as the site's own call, so the kernel drops what
+  XLA's path would."""
+  x = jnp.ones((2, 3, 8, 16), jnp.float32)
+  rngs = {'dropout': jax.random.key(3, impl='philox4x32')}
+  applied = layers.Dropout(rate=0.25).apply({}, x, False, rngs=rngs)
+  keep, keep_prob = layers.Dropout(rate=0.25).apply({}, x.shape, rngs=rngs,
+                                                    method=layers.Dropout.keep_mask)
+  np.testing.assert_array_equal(np.asarray(applied),
+                                np.where(np.asarray(keep), np.float32(1 / keep_prob), 0))
+  assert 0.0 < float(jnp.mean(keep)) < 1.0
+
+
+@needs_kernel
+def test_float32_t5_with_dropout_with_and_without_the_kernel(monkeypatch):
+  """A float32 T5's loss and gradients under dropout, the kernel's attention against XLA's with
+  the same dropout key: the same masks, so equal to float32 summation order."""
+  config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=64,
+                               dropout_rate=0.25)
+  module = Transformer(config)
+  batch = helpers.seq2seq_batch(seed=9, batch=4, enc_len=32, dec_len=32, vocab=64)
+  vocab = seqio.PassThroughVocabulary(64)
+  model = EncoderDecoderModel(module, vocab, vocab)
+  params = nn.unbox(helpers.init_variables(module, batch))['params']
+  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  rng = jax.random.key(7, impl='philox4x32')
+
+  def run():   # a new function each time: jax.jit's trace cache would keep the first trace
+    fn = jax.jit(jax.value_and_grad(lambda p: model.loss_fn(p, batch, rng)[0]))
+    text = fn.lower(params).as_text()
+    return text.count('t2t_f32_attention_train_fwd'), fn(params)
+
+  calls, (loss, grads) = run()
+  monkeypatch.setenv(train_attention.SWITCH, '0')
+  no_calls, (want_loss, want_grads) = run()
+  # Encoder self-attention (2 layers) and encoder-decoder attention (2 layers); the decoder's
+  # causal self-attention over 32 positions also qualifies (keys a multiple of 16).
+  assert calls == 6 and no_calls == 0
+  np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-6)
+  for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0,
+                               atol=1e-5 * float(jnp.max(jnp.abs(w))) + 1e-9)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import seqio
 
-from t2t.models import layers, small_dots, train_attention
+from t2t.models import small_dots, train_attention
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import Transformer
 from tests.models import helpers
@@ -121,19 +121,6 @@ def test_a_keep_mask_of_the_wrong_shape_is_refused():
   q, kv = _normal(0, (1, 8, 2, 16)), _normal(1, (1, 32, 2, 16))
   with pytest.raises(ValueError, match=r'keep must be bool \(1, 2, 8, 32\)'):
     train_attention.dropout_attention(q, kv, kv, None, jnp.ones((1, 8, 2, 32), bool), 0.9)
-
-
-def test_dropout_keep_mask_is_what_the_site_applies():
-  """`Dropout.keep_mask` draws the same bits as the site's own call, so the kernel drops what
-  XLA's path would."""
-  x = jnp.ones((2, 3, 8, 16), jnp.float32)
-  rngs = {'dropout': jax.random.key(3, impl='philox4x32')}
-  applied = layers.Dropout(rate=0.25).apply({}, x, False, rngs=rngs)
-  keep, keep_prob = layers.Dropout(rate=0.25).apply({}, x.shape, rngs=rngs,
-                                                    method=layers.Dropout.keep_mask)
-  np.testing.assert_array_equal(np.asarray(applied),
-                                np.where(np.asarray(keep), np.float32(1 / keep_prob), 0))
-  assert 0.0 < float(jnp.mean(keep)) < 1.0
 
 
 @needs_kernel

@@ -87,7 +87,7 @@ def measure(precision: str = 'fp32', calls: int = 3, tiny: bool = False) -> dict
               temp_bytes=getattr(memory, 'temp_size_in_bytes', None) if memory else None,
               host_malloc=dict(retains_freed_memory=host_memory.applied(),
                                xla_cpu_memory_schedule=host_memory.memory_schedule()),
-              versions=bench._versions())
+              versions=machine.versions())
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -221,3 +221,15 @@ def check_quiet(allow_loaded: bool) -> dict[str, Any]:
   return dict(loadavg_at_start=[load1, load5, load15], cores=cores, loaded_at_start=loaded,
               allow_loaded=allow_loaded, foreign_cores_limit=FOREIGN_CORES_LIMIT,
               cpu_identity=cpu_identity())
+
+
+def versions() -> dict[str, str | None]:
+  """The versions of Python and of the packages the benchmarks time (None: not installed)."""
+  import platform  # pylint: disable=g-import-not-at-top
+  out: dict[str, str | None] = dict(python=platform.python_version())
+  for name in ('jax', 'flax', 'optax', 'jaxlib', 'torch', 'transformers'):
+    try:
+      out[name] = __import__(name).__version__
+    except ImportError:
+      out[name] = None
+  return out

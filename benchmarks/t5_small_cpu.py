@@ -65,7 +65,6 @@ os.environ.setdefault('TF_NUM_INTRAOP_THREADS', '1')   # seqio imports TensorFlo
 os.environ.setdefault('TF_NUM_INTEROP_THREADS', '1')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
-import flax  # noqa: E402
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -398,17 +397,6 @@ def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads
   return dict(**_summary(times, tokens, flops), raw=raw), None
 
 
-def _versions() -> dict[str, str]:
-  out = dict(python=platform.python_version(), jax=jax.__version__, flax=flax.__version__,
-             optax=optax.__version__)
-  for name in ('jaxlib', 'torch', 'transformers'):
-    try:
-      out[name] = __import__(name).__version__
-    except ImportError:
-      out[name] = None
-  return out
-
-
 def _check_common(steps: int, warmup: int, **lengths: int) -> None:
   for name, value in dict(steps=steps, **lengths).items():
     if value < 1:
@@ -481,7 +469,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
       cpus_used=sorted(os.sched_getaffinity(0)),
       loadavg=dict(before=load_before, after_t2t=load_mid, after_peer=os.getloadavg()),
       sections=[x.as_dict() for x in sections], loaded=any(x.loaded for x in sections),
-      versions=_versions(), flops_source='benchmarks/t5_small_flops.py (re-derived in model_flops)',
+      versions=machine.versions(), flops_source='benchmarks/t5_small_flops.py (re-derived in model_flops)',
       t2t=ours, peer=peer_result, peer_error=peer_error, ratio=ratio)
 
 
@@ -509,7 +497,7 @@ def run_all(*, steps: int = 5, warmup: int = 2, threads: int = 2, peer: Path | N
       dict(sec, name=f'{name}/{sec["name"]}') for name, r in results.items() for sec in r['sections']]
   out = dict(benchmark='t5_small_cpu', mode='all', model='tiny' if tiny else 't5_1_0_small',
              precision=precision, threads=threads, cpu_count=os.cpu_count(), cpus_used=sorted(os.sched_getaffinity(0)),
-             versions=_versions(), matmul_roof=roof, results=results, sections=sections,
+             versions=machine.versions(), matmul_roof=roof, results=results, sections=sections,
              loaded=any(s['loaded'] for s in sections))
   out['targets'] = report.targets(out)
   return out

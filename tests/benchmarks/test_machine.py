@@ -60,3 +60,22 @@ def test_arm_features_and_a_missing_file():
 def test_the_quiet_check_records_this_machines_cpu():
   record = machine.check_quiet(allow_loaded=True)
   assert record['cpu_identity'] == machine.cpu_identity()
+
+
+def test_versions_name_the_installed_packages_and_none_for_missing_ones(monkeypatch):
+  import builtins
+  import platform
+
+  import jax
+  got = machine.versions()
+  assert got['python'] == platform.python_version() and got['jax'] == jax.__version__
+  assert set(got) == {'python', 'jax', 'flax', 'optax', 'jaxlib', 'torch', 'transformers'}
+  real_import = builtins.__import__
+
+  def no_torch(name, *args, **kwargs):
+    if name == 'torch':
+      raise ImportError('no torch here')
+    return real_import(name, *args, **kwargs)
+
+  monkeypatch.setattr(builtins, '__import__', no_torch)
+  assert machine.versions()['torch'] is None

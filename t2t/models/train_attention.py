@@ -1,8 +1,8 @@
 """Training attention with dropout on its weights, forward and backward by a float32 CPU kernel.
 
-T5's attention (Raffel et al. 2020, section 3.1.1: Vaswani et al.'s attention without the
-1/sqrt(d) scale) applies dropout to the softmax weights when training: out = (P * keep /
-keep_prob) v with P = softmax(q k^T + bias). XLA:CPU runs a T5-small encoder layer's version of
+T5 applies dropout "on the attention weights" when training (Raffel et al. 2020, section 2.1; rate
+0.1, section 3.1.1), and its logits are not scaled by 1/sqrt(d) (the reference code): out = (P *
+keep / keep_prob) v with P = softmax(q k^T + bias). XLA:CPU runs a T5-small encoder layer's version of
 that, forward and backward, as ~10 fusions each passing over [8, 8, 512, 512] float32 tensors,
 ~55-67 GFLOP/s on a 2-core Zen 3 (benchmarks/README.md). `dropout_attention` hands it to
 `attention_train_f32.cc` (library `small_dots.ATTENTION_TRAIN_F32`, AVX2 + FMA): the forward

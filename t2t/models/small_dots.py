@@ -354,7 +354,7 @@ def _attention_call(query: Array, key: Array, value: Array, bias: Array | None) 
                           vmap_method='sequential')(query, key, value, bias)
 
 
-def _bias_fits(bias: Array | None, b: int, h: int, q: int, length: int) -> bool:
+def bias_fits(bias: Array | None, b: int, h: int, q: int, length: int) -> bool:
   """Whether `bias` is None or a 4-D array broadcastable to [b, h, q, length] whose first two
   dimensions are full or 1 (the kernel strides over those two and takes [q, length] rows)."""
   if bias is None:
@@ -385,7 +385,7 @@ def cross_attention(query: Array, key: Array, value: Array, bias: Array | None) 
   b, h, q, d = query.shape
   length = key.shape[-1]
   if (key.shape != (b, h, d, length) or value.shape != (b, h, length, d) or d % 32
-      or length % 32 or q == 0 or not _bias_fits(bias, b, h, q, length)):
+      or length % 32 or q == 0 or not bias_fits(bias, b, h, q, length)):
     return None
   if not single_cpu_device() or loaded(library) is None:
     return None
@@ -419,7 +419,7 @@ def attention(query: Array, key: Array, value: Array, bias: Array | None, *, dty
     return None
   multiple = 16 if f32 else 32
   if (key.shape != (b, length, h, d) or value.shape != key.shape or d % multiple
-      or length % multiple or q == 0 or not _bias_fits(bias, b, h, q, length)):
+      or length % multiple or q == 0 or not bias_fits(bias, b, h, q, length)):
     return None
   if not single_cpu_device() or loaded(F32 if f32 else BF16) is None:
     return None

@@ -48,7 +48,7 @@ def applies(query: Array, key: Array, value: Array, bias: Array | None) -> bool:
   length = key.shape[1]
   if (not query.dtype == key.dtype == value.dtype == jnp.float32
       or key.shape != (b, length, h, d) or value.shape != key.shape
-      or d % 16 or length % 16 or q == 0 or not small_dots._bias_fits(bias, b, h, q, length)):
+      or d % 16 or length % 16 or q == 0 or not small_dots.bias_fits(bias, b, h, q, length)):
     return False
   if not small_dots.single_cpu_device() or unavailable_reason() is not None:
     return False

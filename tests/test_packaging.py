@@ -1,10 +1,12 @@
-"""The package as pip installs it: gin files and the vocabulary travel, and are found."""
+"""The package as pip installs it: gin files, the vocabulary and the kernels' sources travel,
+and are found."""
 import os
 import subprocess
 import sys
 import zipfile
 
 from t2t import config
+from t2t.models import small_dots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,6 +24,9 @@ def test_wheel_carries_gin_files_and_the_vocabulary(tmp_path):
     assert data + gin_file in names, gin_file
   assert "tasks/vocab/bbc_sp8k.model" in names
   assert "t2t/train.py" in names and not any(n.startswith("tools/") for n in names)
+  for library in small_dots.LIBRARIES:   # the kernels are compiled from these on first use
+    for path in (library.source, *library.headers):
+      assert f"t2t/models/{path.name}" in names, path.name
 
 
 def test_installed_gin_directory_is_searched(tmp_path, monkeypatch):

@@ -30,8 +30,9 @@ in one call; `attention(...)` for whole-sequence attention without dropout (the 
 inference), bf16 (`BF16`) or float32 (`F32`'s `t2t_f32_sequence_attention`, in the model's own
 [b, len, heads, kv] layout), with XLA's gradient when differentiated. Inside `weights_reused()`
 (a decoding step) a [K, N] weight is given to the kernel transposed, a transpose XLA computes
-once before the decoding loop. The float32 GEMM library (`GEMM_F32`) is loaded here too, for
-`gemm.py`.
+once before the decoding loop. The float32 GEMM library (`GEMM_F32`), the training attention's
+(`ATTENTION_TRAIN_F32`) and the initialisers' Threefry hash (`THREEFRY`) are loaded here too, for
+`gemm.py`, `train_attention.py` and `threefry.py`.
 """
 from __future__ import annotations
 
@@ -93,7 +94,9 @@ ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
     'attention_train_f32', _HERE / 'attention_train_f32.cc', ('avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx2', '-mfma'),
     ('t2t_f32_attention_train_fwd', 't2t_f32_attention_train_bwd'), _F32_HEADERS)
-LIBRARIES = (BF16, F32, GEMM_F32, ATTENTION_TRAIN_F32)
+THREEFRY = Library('threefry', _HERE / 'threefry.cc', ('avx2',),   # t2t/models/threefry.py
+                   _COMMON_FLAGS + ('-mavx2',), ('t2t_threefry2x32',))
+LIBRARIES = (BF16, F32, GEMM_F32, ATTENTION_TRAIN_F32, THREEFRY)
 
 
 def cache_dir() -> Path:
@@ -170,8 +173,9 @@ def _load_once(library: Library) -> ctypes.CDLL | None:
   try:
     lib = ctypes.CDLL(str(build(_compiler(), cache_dir(), library)))
   except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
-    warnings.warn(f't2t.models.small_dots: the {library.name} kernel is off, XLA\'s dot is used '
-                  f'instead ({e}). Set {SWITCH}=0 to silence this.', RuntimeWarning, stacklevel=4)
+    warnings.warn(f't2t.models.small_dots: the {library.name} kernel is off, XLA\'s own '
+                  f'code is used instead ({e}). Set {SWITCH}=0 to silence this.', RuntimeWarning,
+                  stacklevel=4)
     return None
   for name in library.targets:
     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform='cpu')

@@ -55,10 +55,9 @@ _JAX_CPU_RULE = _jax_cpu_rule()
 def fits(avals_in: Sequence[jax.core.ShapedArray], avals_out: Sequence[jax.core.ShapedArray]
          ) -> bool:
   """Whether the kernel takes these operands: uint32, each one element or the results' count."""
-  size = int(np.prod(avals_out[0].shape))
-  return size > 0 and all(
-      a.dtype == np.uint32 and (a.size == 1 or tuple(a.shape) == tuple(avals_out[0].shape))
-      for a in avals_in)
+  out = avals_out[0]
+  return out.size > 0 and all(a.dtype == np.uint32 and (a.size == 1 or a.shape == out.shape)
+                              for a in avals_in)
 
 
 def _lowering(ctx, k1, k2, x1, x2):

@@ -36,7 +36,7 @@ def matmul(spec: str, a: Array, b: Array, dtype: DType, matmul_dtype: DType | No
     out = small_dots.dot(spec, a, b)   # float32, a decoding step's few rows, on an AVX2 CPU
     if out is None:
       out = gemm.dot(spec, a, b)       # float32, whole sequences: the backward by t2t's GEMM
-    return einsum2(spec, a, b) if out is None else out
+    return einsum2(spec, a, b) if out is None else out.astype(dtype)   # bf16 activations: bf16
   return _mixed_einsum(spec, jnp.dtype(matmul_dtype), jnp.dtype(dtype), a, b)
 
 

@@ -305,10 +305,7 @@ def dot(spec: str, a: Array, b: Array) -> Array | None:
   else:
     if layout == 'kn_as_nk':
       w = w.T
-    target, chunk = ('t2t_bf16_nn', NN_CHUNK_COLUMNS) if layout == 'kn' else ('t2t_bf16_nt',
-                                                                              NT_CHUNK_ROWS)
-    result = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((rows, width), jnp.float32),
-                              vmap_method='sequential')(a2, w, chunk=np.int64(chunk))
+    result = _bf16_product(layout == 'kn', a2, w)
   return result.reshape(a.shape[:len(a_free)] + tuple(b.shape[b_spec.index(c)] for c in b_free))
 
 
@@ -337,6 +334,32 @@ def _f32_product_bwd(transpose, residuals, ct):
 
 
 _f32_product.defvjp(_f32_product_fwd, _f32_product_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _bf16_product(w_leads: bool, a: Array, w: Array) -> Array:
+  """bf16 a [M, K] x w -> float32 [M, N] by `BF16`'s kernel: w [K, N] with `w_leads`, else
+  [N, K]. Differentiated as the plain product (a model with bf16 activations trains through it),
+  the operands' gradients in bf16 like theirs."""
+  target, chunk = ('t2t_bf16_nn', NN_CHUNK_COLUMNS) if w_leads else ('t2t_bf16_nt', NT_CHUNK_ROWS)
+  width = w.shape[1] if w_leads else w.shape[0]
+  return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((a.shape[0], width), jnp.float32),
+                          vmap_method='sequential')(a, w, chunk=np.int64(chunk))
+
+
+def _bf16_product_fwd(w_leads, a, w):
+  return _bf16_product(w_leads, a, w), (a, w)
+
+
+def _bf16_product_bwd(w_leads, residuals, ct):
+  a, w = residuals
+  w32 = w.astype(jnp.float32) if w_leads else w.astype(jnp.float32).T   # [K, N]
+  d_a = ct @ w32.T
+  d_w = a.astype(jnp.float32).T @ ct                                     # [K, N]
+  return d_a.astype(a.dtype), (d_w if w_leads else d_w.T).astype(w.dtype)
+
+
+_bf16_product.defvjp(_bf16_product_fwd, _bf16_product_bwd)
 
 
 def _attention_call(query: Array, key: Array, value: Array, bias: Array | None) -> Array:

@@ -105,6 +105,24 @@ def test_matmul_routes_few_rows_to_the_kernel_and_keeps_xla_gradients(monkeypatc
 
 
 @needs_kernel
+@pytest.mark.parametrize('spec,b_shape', [('abc,cd->abd', (64, 96)), ('abc,dc->abd', (96, 64))])
+def test_bf16_operands_are_differentiated_as_the_plain_product(spec, b_shape):
+  """A model with bf16 activations (`dtype=bfloat16`, no `matmul_dtype`) hands `dot` bf16 operands
+  directly; its gradients must be the plain product's, in bf16 like the operands (NN and NT)."""
+  a, w = _operands(3, (4, 2, 64), b_shape)
+  loss = lambda a, w: jnp.sum(jnp.sin(small_dots.dot(spec, a, w)))
+  assert _uses_kernel(loss, a, w)
+  value, (d_a, d_w) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(a, w)
+  want = lambda a, w: jnp.sum(jnp.sin(jnp.einsum(spec, a.astype(jnp.float32), w.astype(jnp.float32))))
+  want_value, (want_a, want_w) = jax.value_and_grad(want, argnums=(0, 1))(a, w)
+  assert d_a.dtype == d_w.dtype == jnp.bfloat16
+  np.testing.assert_allclose(float(value), float(want_value), rtol=1e-5)
+  for got, ref in ((d_a, want_a), (d_w, want_w)):   # the float32 gradient rounded to bf16
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32),
+                               rtol=2 ** -7, atol=1e-6)
+
+
+@needs_kernel
 def test_weights_reused_in_a_loop_are_transposed_once_before_it():
   """Under `weights_reused` a [K, N] weight goes to the NT kernel as W^T; in a loop's body XLA
   hoists that transpose, so the compiled body reads the weight as the loop carries it."""

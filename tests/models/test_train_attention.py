@@ -123,12 +123,12 @@ def test_a_keep_mask_of_the_wrong_shape_is_refused():
     train_attention.dropout_attention(q, kv, kv, None, jnp.ones((1, 8, 2, 32), bool), 0.9)
 
 
-@needs_kernel
-def test_float32_t5_with_dropout_with_and_without_the_kernel(monkeypatch):
-  """A float32 T5's loss and gradients under dropout, the kernel's attention against XLA's with
-  the same dropout key: the same masks, so equal to float32 summation order."""
+def _t5_with_and_without_the_kernel(monkeypatch, **config_overrides):
+  """A tiny T5's loss and gradients under dropout (rate 0.25, philox4x32 key 7) with the kernel's
+  attention and with XLA's (`T2T_TRAIN_ATTENTION=0`), the same masks either way; returns the
+  kernel's call count in each program and both (loss, grads)."""
   config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=64,
-                               dropout_rate=0.25)
+                               dropout_rate=0.25, **config_overrides)
   module = Transformer(config)
   batch = helpers.seq2seq_batch(seed=9, batch=4, enc_len=32, dec_len=32, vocab=64)
   vocab = seqio.PassThroughVocabulary(64)
@@ -142,9 +142,18 @@ def test_float32_t5_with_dropout_with_and_without_the_kernel(monkeypatch):
     text = fn.lower(params).as_text()
     return text.count('t2t_f32_attention_train_fwd'), fn(params)
 
-  calls, (loss, grads) = run()
+  calls, with_kernel = run()
   monkeypatch.setenv(train_attention.SWITCH, '0')
-  no_calls, (want_loss, want_grads) = run()
+  no_calls, without = run()
+  return calls, no_calls, with_kernel, without
+
+
+@needs_kernel
+def test_float32_t5_with_dropout_with_and_without_the_kernel(monkeypatch):
+  """A float32 T5's loss and gradients under dropout, the kernel's attention against XLA's with
+  the same dropout key: the same masks, so equal to float32 summation order."""
+  calls, no_calls, (loss, grads), (want_loss, want_grads) = _t5_with_and_without_the_kernel(
+      monkeypatch)
   # Encoder self-attention (2 layers) and encoder-decoder attention (2 layers); the decoder's
   # causal self-attention over 32 positions also qualifies (keys a multiple of 16).
   assert calls == 6 and no_calls == 0
@@ -152,3 +161,33 @@ def test_float32_t5_with_dropout_with_and_without_the_kernel(monkeypatch):
   for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0,
                                atol=1e-5 * float(jnp.max(jnp.abs(w))) + 1e-9)
+
+
+@needs_kernel
+def test_bf16_matmul_t5_with_dropout_with_and_without_the_kernel(monkeypatch):
+  """With bf16 matmul operands the kernel takes q, k and v rounded to bf16 (exact in float32) and
+  keeps the softmax's weights in float32, where XLA's path rounds them to bf16 for the product
+  with v; the dropout masks are the same. So the kernel's bf16 model is at least as close to the
+  float32 model (same parameters, same masks) as XLA's bf16 path is: its loss, and its gradients
+  leaf by leaf (RMS error relative to the leaf's largest float32 gradient)."""
+  calls, no_calls, (loss, grads), (xla_loss, xla_grads) = _t5_with_and_without_the_kernel(
+      monkeypatch, matmul_dtype='bfloat16')
+  assert calls == 6 and no_calls == 0
+  monkeypatch.delenv(train_attention.SWITCH)
+  _, _, (f32_loss, f32_grads), _ = _t5_with_and_without_the_kernel(monkeypatch)
+  assert abs(float(loss) - float(f32_loss)) <= abs(float(xla_loss) - float(f32_loss)) + 1e-5
+  np.testing.assert_allclose(float(loss), float(f32_loss), rtol=1e-3)
+
+  def rms_error(g, want):
+    g, want = np.asarray(g, np.float64), np.asarray(want, np.float64)
+    return np.sqrt(np.mean((g - want) ** 2)) / np.abs(want).max()
+
+  kernel_errors, xla_errors = [], []
+  for g, x, w in zip(jax.tree.leaves(grads), jax.tree.leaves(xla_grads),
+                     jax.tree.leaves(f32_grads)):
+    kernel_errors.append(rms_error(g, w))
+    xla_errors.append(rms_error(x, w))
+  kernel_errors, xla_errors = np.array(kernel_errors), np.array(xla_errors)
+  assert np.all(kernel_errors < 0.03), kernel_errors.max()   # bf16 rounding, not a wrong gradient
+  assert np.all(kernel_errors <= 1.6 * xla_errors + 1e-4)
+  assert kernel_errors.mean() <= 1.1 * xla_errors.mean()

@@ -19,7 +19,8 @@ A model with bf16 matmul operands (`T5Config.matmul_dtype`) uses the kernel too,
 rounded to bf16 (`layers.MultiHeadAttention`): the products of bf16 values accumulated in float32,
 as XLA's bf16 path computes them, except that the softmax's weights are not rounded to bf16 before
 the product with v (slightly closer to the float32 model, tests/models/test_train_attention.py).
-On a Zen 4 VM that took 7% off a bf16 T5-small train step (benchmarks/README.md).
+On a Zen 4 VM its bf16 T5-small train step is level with XLA's, its cold start a little shorter
+(nine alternating pairs, benchmarks/README.md).
 """
 from __future__ import annotations
 

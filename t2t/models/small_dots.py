@@ -14,6 +14,12 @@ of our own for the small dots" and "An AVX2 kernel for float32 decoding"):
   models with `matmul_dtype='bfloat16'`.
 - `F32` (`small_dots_f32.cc`, AVX2 + FMA): float32 operands, for float32 models inside
   `weights_reused()` (a decoding step), where each [K, N] weight is read transposed.
+- `F32_AVX512` (`small_dots_f32_avx512.cc`, AVX-512F): where the processor has it, the same
+  float32 products against weights packed once per decode in panels of 32 columns
+  (`pack_panels`), and the encoder-decoder attention, in place of `F32`'s: a tile of 8 rows x 32
+  columns keeps its sums in AVX-512's registers and reads its panel as one stream, ~2x the
+  bytes a thread that `F32`'s NT tiles read on a Zen 4 VM (benchmarks/README.md, "Float32
+  decoding on Zen 4: weights in panels, AVX-512"). `T2T_F32_AVX512=0` turns it alone off.
 
 `dot(spec, a, b)` returns the product when a kernel applies and None otherwise, so the caller
 (`matmuls`) falls back to XLA's dot. A kernel applies on a single-device CPU backend whose
@@ -26,7 +32,7 @@ warns once and uses XLA's dot. `T2T_SMALL_DOTS=0` turns them all off.
 
 `cross_attention(query, key, value, bias)` does the same for a decoding step's encoder-decoder
 attention over its bf16 or float32 cache (`MultiHeadAttention`): both products and the softmax
-in one call; `attention(...)` for whole-sequence attention without dropout (the encoder at
+in one call (float32: `F32_AVX512`'s where it runs, else `F32`'s); `attention(...)` for whole-sequence attention without dropout (the encoder at
 inference), bf16 (`BF16`) or float32 (`F32`'s `t2t_f32_sequence_attention`, in the model's own
 [b, len, heads, kv] layout), with XLA's gradient when differentiated. Inside `weights_reused()`
 (a decoding step) a [K, N] weight is given to the kernel transposed, a transpose XLA computes
@@ -63,6 +69,8 @@ DType = Any
 MAX_ROWS = 64
 NN_CHUNK_COLUMNS = 128   # columns of W [K, N] per work item shared among threads
 NT_CHUNK_ROWS = 64       # rows of W [N, K] per work item
+PANEL_COLUMNS = 32       # columns of a packed float32 panel (`F32_AVX512`)
+PANEL_CHUNK = 4          # panels per work item
 SWITCH = 'T2T_SMALL_DOTS'
 _HERE = Path(__file__).parent
 _COMMON_FLAGS = ('-O3', '-std=c++17', '-shared', '-fPIC', '-w')
@@ -78,6 +86,7 @@ class Library:
   compile_flags: tuple[str, ...]
   targets: tuple[str, ...]
   headers: tuple[Path, ...] = (_HERE / 'small_dots_common.h',)
+  switch: str | None = None   # an environment variable that turns this library alone off ('0')
 
 
 BF16 = Library('bf16', _HERE / 'small_dots.cc', ('avx512f', 'avx512bw', 'avx512_bf16'),
@@ -88,6 +97,10 @@ F32 = Library('f32', _HERE / 'small_dots_f32.cc', ('avx2', 'fma'),
               _COMMON_FLAGS + ('-mavx2', '-mfma'),
               ('t2t_f32_nt', 't2t_f32_transpose', 't2t_f32_attention',
                't2t_f32_sequence_attention'), _F32_HEADERS)
+F32_AVX512 = Library('f32_avx512', _HERE / 'small_dots_f32_avx512.cc', ('avx512f', 'avx2', 'fma'),
+                     _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma'),
+                     ('t2t_f32_pack_panels', 't2t_f32_panel_product', 't2t_f32_attention_avx512'),
+                     _F32_HEADERS, switch='T2T_F32_AVX512')
 GEMM_F32 = Library('gemm_f32', _HERE / 'gemm_f32.cc', ('avx2', 'fma'),
                    _COMMON_FLAGS + ('-mavx2', '-mfma'), ('t2t_f32_gemm',))   # t2t/models/gemm.py
 ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
@@ -96,7 +109,7 @@ ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
     ('t2t_f32_attention_train_fwd', 't2t_f32_attention_train_bwd'), _F32_HEADERS)
 THREEFRY = Library('threefry', _HERE / 'threefry.cc', ('avx2',),   # t2t/models/threefry.py
                    _COMMON_FLAGS + ('-mavx2',), ('t2t_threefry2x32',))
-LIBRARIES = (BF16, F32, GEMM_F32, ATTENTION_TRAIN_F32, THREEFRY)
+LIBRARIES = (BF16, F32, F32_AVX512, GEMM_F32, ATTENTION_TRAIN_F32, THREEFRY)
 
 
 def cache_dir() -> Path:
@@ -191,6 +204,8 @@ def unavailable_reason(library: Library = BF16) -> str | None:
   """Why `library` cannot run in this process (None when it can)."""
   if os.environ.get(SWITCH, '1') == '0':
     return f'{SWITCH}=0'
+  if library.switch and os.environ.get(library.switch, '1') == '0':
+    return f'{library.switch}=0'
   if not all(flag in _cpu_flags() for flag in library.cpu_flags):
     return (f'the CPU lacks one of {", ".join(library.cpu_flags)} '
             '(or is not x86-64 Linux)')
@@ -311,15 +326,38 @@ def dot(spec: str, a: Array, b: Array) -> Array | None:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _f32_product(transpose: bool, a: Array, w: Array) -> Array:
-  """a [M, K] x w [N, K] -> [M, N] float32 by `F32`'s kernel; with `transpose`, w is [K, N] and
-  the kernel's transpose makes w^T first: XLA hoists a custom call out of a loop, but not a
-  transpose alone (it deems one not worth hoisting), which would then run every decoding step.
-  Differentiated as the plain product."""
+  """a [M, K] x w [N, K] -> [M, N] float32 by `F32_AVX512`'s panels where the processor has
+  AVX-512F, else by `F32`'s NT kernel; with `transpose`, w is [K, N]. Either way w is first
+  rearranged by a custom call (the panels' packing, or `F32`'s transpose to w^T): XLA hoists a
+  custom call out of a loop, but not a transpose alone (it deems one not worth hoisting), which
+  would then run every decoding step. Differentiated as the plain product."""
+  if loaded(F32_AVX512) is not None:
+    return _panel_product(a, pack_panels(w, nk=not transpose), w.shape[1 if transpose else 0])
   if transpose:
     w = jax.ffi.ffi_call('t2t_f32_transpose', jax.ShapeDtypeStruct(w.shape[::-1], w.dtype),
                          vmap_method='sequential')(w)
   return jax.ffi.ffi_call('t2t_f32_nt', jax.ShapeDtypeStruct((a.shape[0], w.shape[0]), a.dtype),
                           vmap_method='sequential')(a, w, chunk=np.int64(NT_CHUNK_ROWS))
+
+
+def pack_panels(w: Array, *, nk: bool) -> Array:
+  """`F32_AVX512`' layout of a float32 weight: w [K, N] (or [N, K] with `nk`) as panels
+  [ceil(N / 32), K, 32], panel p holding columns 32p..32p+31 row after row, zero past N.
+
+  A custom call that depends on nothing a loop carries: XLA hoists it out of a decoding loop,
+  so each weight is packed once per decode."""
+  k, n = (w.shape[1], w.shape[0]) if nk else w.shape
+  panels = -(-n // PANEL_COLUMNS)
+  return jax.ffi.ffi_call('t2t_f32_pack_panels',
+                          jax.ShapeDtypeStruct((panels, k, PANEL_COLUMNS), jnp.float32),
+                          vmap_method='sequential')(w, nk=np.int64(nk))
+
+
+def _panel_product(a: Array, panels: Array, width: int) -> Array:
+  """a [M, K] x packed panels [P, K, 32] -> [M, width] float32 (`width`: the weight's N)."""
+  return jax.ffi.ffi_call('t2t_f32_panel_product',
+                          jax.ShapeDtypeStruct((a.shape[0], width), jnp.float32),
+                          vmap_method='sequential')(a, panels, chunk=np.int64(PANEL_CHUNK))
 
 
 def _f32_product_fwd(transpose, a, w):
@@ -374,7 +412,7 @@ def _attention_call(query: Array, key: Array, value: Array, bias: Array | None) 
     bias = jnp.asarray(bias, jnp.float32)
     bias = jnp.broadcast_to(bias, (bias.shape[0], bias.shape[1], q, length))
   if key.dtype == jnp.float32:
-    target = 't2t_f32_attention'
+    target = 't2t_f32_attention_avx512' if loaded(F32_AVX512) is not None else 't2t_f32_attention'
   else:
     target, query = 't2t_bf16_attention', query.astype(jnp.bfloat16)
   return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(query.shape, jnp.float32),

@@ -18,8 +18,8 @@
 // rows does not fit AVX2's 16 registers. Here a panel holds 32 consecutive columns of W, row k of
 // the panel (32 floats, two cache lines) after row k - 1, so a tile of 8 A rows x 32 columns
 // keeps its 16 accumulators in 16 of AVX-512's 32 registers, reads the panel once as one
-// contiguous stream and broadcasts each A element: ~18-23 GB/s a thread on the same VM
-// (benchmarks/README.md, "float32 decoding products in column panels").
+// contiguous stream and broadcasts each A element: ~15-23 GB/s a thread on the same VM
+// (benchmarks/README.md, "Float32 decoding on Zen 4: weights in panels, AVX-512").
 #include <immintrin.h>
 
 #include <algorithm>

@@ -16,7 +16,9 @@ Prints one JSON line: seconds per call in each category (innermost thunks only, 
 exceed the wall time when two thunks overlap), the wall time per call, and the
 time the busiest thread spent outside leaf thunks (`outside_xla_s_per_call` = wall - that thread's
 thunk time: an upper bound on Python, dispatch, host<->device copies, thunk-executor overhead
-between small thunks, and waiting for other threads). `--hlo-dir` also writes the optimized HLO text.
+between small thunks, and waiting for other threads); and by site (`top_sites`: the op's Flax path
+with the layers summed, `in_loop` for a decoding loop's body, whose total is
+`loop_thunk_s_per_call`). `--hlo-dir` also writes the optimized HLO text.
 
 The host malloc settings are the benchmark's (`--host-malloc`, default auto: t2t.train's, which
 retain freed memory on a CPU backend; t2t/training/host_memory.py) and the JSON's `host_malloc`
@@ -91,6 +93,21 @@ def categorise(meta: str | None) -> str:
   return 'other XLA'
 
 
+_LAYER_INDEX = re.compile(r'layers_\d+')
+
+
+def site(meta: str | None) -> tuple[bool, str]:
+  """(inside a `while` loop's body, the op's path within it with every `layers_<i>` as
+  `layers_N`): the key that sums one site's thunks over the model's layers and a decode's steps,
+  e.g. 'jit(f)/while/body/Transformer.decode/decoder/layers_3/mlp/wi/ffi_call' ->
+  (True, 'Transformer.decode/decoder/layers_N/mlp/wi/ffi_call')."""
+  if not meta:
+    return False, '(no metadata)'
+  in_loop = '/while/body/' in meta
+  path = meta.split('/while/body/', 1)[1] if in_loop else meta.split('/', 1)[-1]
+  return in_loop, _LAYER_INDEX.sub('layers_N', path)
+
+
 def _trace_events(trace_dir: str) -> list[dict[str, Any]]:
   files = glob.glob(os.path.join(trace_dir, '**', 'perfetto_trace.json.gz'), recursive=True)
   if not files:
@@ -129,23 +146,33 @@ def breakdown(fn: Callable[[], Any], hlo_texts: Sequence[str], steps: int,
   by_cat: dict[str, float] = collections.defaultdict(float)
   by_op: dict[str, float] = collections.defaultdict(float)
   by_thread: dict[Any, float] = collections.defaultdict(float)
+  by_site: dict[tuple[bool, str], list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
   for e in _leaf_events([e for e in _trace_events(trace_dir)
                          if e.get('ph') == 'X' and _thunk(e) in meta]):
     dur = e.get('dur', 0.0) / 1e6 / steps
     by_cat[categorise(meta[_thunk(e)])] += dur
     by_op[_thunk(e)] += dur
     by_thread[e.get('tid')] += dur
+    entry = by_site[site(meta[_thunk(e)])]
+    entry[0] += dur
+    entry[1] += 1 / steps
   xla = sum(by_cat.values())
   busiest = max(by_thread.values(), default=0.0)
   top = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
+  sites = sorted(by_site.items(), key=lambda kv: -kv[1][0])
   return dict(
       wall_s_per_call=wall, xla_thunk_s_per_call=xla,
+      loop_thunk_s_per_call=sum(v[0] for (in_loop, _), v in sites if in_loop),
       outside_xla_s_per_call=max(0.0, wall - busiest),
       categories_s={k: by_cat[k] for k in sorted(by_cat, key=lambda k: -by_cat[k])},
       categories_share={k: by_cat[k] / xla for k in sorted(by_cat, key=lambda k: -by_cat[k])} if xla else {},
       top_ops=[dict(name=f'{module}/{n}', s=s, category=categorise(meta.get((module, n))),
                     meta=meta.get((module, n), '')[:160])
-               for (module, n), s in top])
+               for (module, n), s in top],
+      # Thunk seconds a call by site (layers summed), in a decode's loop or not: `thunks` is how
+      # many thunks a call ran there (a decode's loop: steps x layers, plus any hoisted ones).
+      top_sites=[dict(site=name, in_loop=in_loop, s=v[0], thunks=round(v[1]))
+                 for (in_loop, name), v in sites[:25]])
 
 
 def _train_program(config, batch: int, enc_len: int, dec_len: int):

@@ -23,6 +23,14 @@ def test_categorise_by_the_flax_module_path():
   assert prof.categorise(None) == 'other XLA'
 
 
+def test_site_sums_layers_and_tells_the_decoding_loop_apart():
+  assert prof.site('jit(f)/while/body/Transformer.decode/decoder/layers_3/mlp/wi/ffi_call') == \
+      (True, 'Transformer.decode/decoder/layers_N/mlp/wi/ffi_call')
+  assert prof.site('jit(f)/Transformer.encode/encoder/layers_11/attention/key/dot_general') == \
+      (False, 'Transformer.encode/encoder/layers_N/attention/key/dot_general')
+  assert prof.site(None) == (False, '(no metadata)')
+
+
 @pytest.mark.skipif(host_memory.glibc_version() is None, reason='host malloc settings need glibc')
 def test_decode_profile_runs_under_the_benchmarks_malloc_settings(tmp_path):
   hlo_dir = tmp_path / 'hlo'
@@ -41,6 +49,10 @@ def test_decode_profile_runs_under_the_benchmarks_malloc_settings(tmp_path):
   assert result['xla_thunk_s_per_call'] > 0
   assert {'attention', 'ffn'} <= set(result['categories_s'])
   assert abs(sum(result['categories_share'].values()) - 1.0) < 1e-6
+  # The decoding loop's thunks, by site: its steps and layers summed into one entry each.
+  assert 0 < result['loop_thunk_s_per_call'] <= result['xla_thunk_s_per_call'] + 1e-9
+  loop_sites = [s['site'] for s in result['top_sites'] if s['in_loop']]
+  assert loop_sites and all('layers_0' not in s and 'layers_1' not in s for s in loop_sites)
   assert 'while' in (hlo_dir / 'decode_0.hlo.txt').read_text()
 
 

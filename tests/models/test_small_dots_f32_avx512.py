@@ -79,6 +79,17 @@ def test_panel_product_matches_xla_dot(spec, a_shape, b_shape):
 
 
 @needs_kernel
+@pytest.mark.parametrize('spec,b_shape', [('abc,cd->abd', (64, 96)), ('abc,zc->abz', (40, 64))])
+def test_panel_product_is_differentiated_as_the_plain_product(spec, b_shape):
+  a, w = _operands(2, (4, 2, 64), b_shape)
+  plain = lambda a, w: jnp.einsum(spec, a, w, precision='highest')
+  loss = lambda f: jax.jit(jax.value_and_grad(lambda a, w: jnp.sum(jnp.sin(f(a, w))), (0, 1)))
+  assert 't2t_f32_panel_product' in jax.jit(_reused_dot(spec)).lower(a, w).as_text()
+  for x, y in zip(jax.tree.leaves(loss(_reused_dot(spec))(a, w)), jax.tree.leaves(loss(plain)(a, w))):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
 @pytest.mark.parametrize('spec', ['mk,kn->mn', 'mk,nk->mn'])
 def test_weights_are_packed_once_before_the_loop(spec):
   """The packing (a custom call on the weight alone) leaves the loop; its body only multiplies."""

@@ -188,15 +188,14 @@ def test_cross_attention_declines_mixed_dtypes():
   assert small_dots.cross_attention(q, k[..., :48], v[:, :, :48], None) is None   # L = 48
 
 
-@needs_kernel
-@pytest.mark.parametrize('beams', [1, 3])
-def test_float32_model_decodes_the_same_tokens_with_and_without_the_kernels(beams, monkeypatch):
-  """Greedy decoding and beam search of a float32 T5 whose decoder projections, FFN, tied logits
-  and encoder-decoder attention go through the kernels, against the same decode on XLA's dot."""
-  config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=64)
+def tiny_float32_decode(beams: int, vocab_size: int):
+  """A tiny float32 T5 (4 rows of 32 inputs, 8 tokens decoded; greedy or `beams`-beam search):
+  a function that traces its `predict_batch` afresh, under the kernels' settings of the moment,
+  and returns (the lowered program's text, the tokens)."""
+  config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=vocab_size)
   module = Transformer(config)
-  batch = helpers.seq2seq_batch(seed=5, batch=4, enc_len=32, dec_len=6, vocab=64)
-  vocab = seqio.PassThroughVocabulary(64)
+  batch = helpers.seq2seq_batch(seed=5, batch=4, enc_len=32, dec_len=6, vocab=vocab_size)
+  vocab = seqio.PassThroughVocabulary(vocab_size)
   decode_fn = (decoding.greedy_decode if beams == 1
                else functools.partial(decoding.beam_search, beam_size=beams, alpha=0.6))
   model = EncoderDecoderModel(module, vocab, vocab, decode_fn=decode_fn)
@@ -206,7 +205,15 @@ def test_float32_model_decodes_the_same_tokens_with_and_without_the_kernels(beam
   def decode():
     predict = jax.jit(lambda p, b: model.predict_batch(p, b, max_decode_length=8))
     return predict.lower(params, inputs).as_text(), predict(params, inputs)
+  return decode
 
+
+@needs_kernel
+@pytest.mark.parametrize('beams', [1, 3])
+def test_float32_model_decodes_the_same_tokens_with_and_without_the_kernels(beams, monkeypatch):
+  """Greedy decoding and beam search of a float32 T5 whose decoder projections, FFN, tied logits
+  and encoder-decoder attention go through the kernels, against the same decode on XLA's dot."""
+  decode = tiny_float32_decode(beams, vocab_size=64)
   hlo_on, tokens_on = decode()
   monkeypatch.setenv(small_dots.SWITCH, '0')
   hlo_off, tokens_off = decode()

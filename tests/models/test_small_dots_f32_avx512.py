@@ -6,18 +6,14 @@ the processor lacks AVX-512F or the library is switched off."""
 import functools
 import re
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import seqio
 
-from t2t.models import decoding, layers, small_dots
-from t2t.models.api import EncoderDecoderModel
-from t2t.models.transformer import Transformer
-from tests.models import helpers
-from tests.models.test_small_dots_f32 import _operands, _reference_cross_attention, _reused_dot
+from t2t.models import layers, small_dots
+from tests.models.test_small_dots_f32 import (_operands, _reference_cross_attention, _reused_dot,
+                                              tiny_float32_decode)
 
 # Where the processor has AVX-512F and a C++ compiler exists the library must build and run (a
 # failed build fails these tests); elsewhere (e.g. a Zen 3) only the fallback tests run.
@@ -146,20 +142,7 @@ def test_cross_attention_matches_the_unfused_attention(b, h, q, d, length, maske
 @needs_kernel
 @pytest.mark.parametrize('beams', [1, 3])
 def test_float32_model_decodes_the_same_tokens_as_with_the_avx2_kernels(beams, monkeypatch):
-  config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=72)
-  module = Transformer(config)
-  batch = helpers.seq2seq_batch(seed=5, batch=4, enc_len=32, dec_len=6, vocab=72)
-  vocab = seqio.PassThroughVocabulary(72)
-  decode_fn = (decoding.greedy_decode if beams == 1
-               else functools.partial(decoding.beam_search, beam_size=beams, alpha=0.6))
-  model = EncoderDecoderModel(module, vocab, vocab, decode_fn=decode_fn)
-  params = nn.unbox(helpers.init_variables(module, batch))['params']
-  inputs = {'encoder_input_tokens': jnp.asarray(batch['encoder_input_tokens'])}
-
-  def decode():
-    predict = jax.jit(lambda p, b: model.predict_batch(p, b, max_decode_length=8))
-    return predict.lower(params, inputs).as_text(), predict(params, inputs)
-
+  decode = tiny_float32_decode(beams, vocab_size=72)   # tied logits: 2 panels + 8 columns
   hlo_512, tokens_512 = decode()
   monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')
   hlo_avx2, tokens_avx2 = decode()

@@ -31,6 +31,39 @@ def test_site_sums_layers_and_tells_the_decoding_loop_apart():
   assert prof.site(None) == (False, '(no metadata)')
 
 
+# The shape of XLA:CPU's optimized HLO text: a loop body computation, the entry, and a `dot` that
+# XLA split off a fusion with no op name of its own.
+_HLO = """HloModule jit_f, entry_computation_layout={(f32[8,64]{1,0})->f32[8,64]{1,0}}
+
+%body.1 (arg_tuple.1: (s32[], f32[8,64])) -> (s32[], f32[8,64]) {
+  %arg_tuple.1 = (s32[], f32[8,64]{1,0}) parameter(0)
+  %gte.1 = f32[8,64]{1,0} get-tuple-element(%arg_tuple.1), index=1
+  %dot.120 = f32[8,64]{1,0} dot(%gte.1, %gte.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %add_fusion.3 = f32[8,64]{1,0} fusion(%dot.120), kind=kLoop, calls=%fused_computation.3, metadata={op_name="jit(f)/while/body/Transformer.decode/decoder/layers_2/add" stack_frame_id=5}
+  ROOT %tuple.2 = (s32[], f32[8,64]{1,0}) tuple(%gte.0, %add_fusion.3)
+}
+
+ENTRY %main.9 (x.1: f32[8,64]) -> f32[8,64] {
+  %x.1 = f32[8,64]{1,0} parameter(0)
+  %while.31 = (s32[], f32[8,64]{1,0}) while(%tuple.1), condition=%cond.1, body=%body.1, metadata={op_name="jit(f)/while" stack_frame_id=2}
+  %wrapped_copy.4 = f32[8,64]{1,0} fusion(%x.1), kind=kLoop, calls=%wrapped_copy_computation.4
+  ROOT %ffi_call.7 = f32[8,64]{1,0} custom-call(%x.1), custom_call_target="t2t_f32_panel_product", metadata={op_name="jit(f)/Transformer.encode/encoder/layers_0/mlp/wi/ffi_call" stack_frame_id=9}
+}
+"""
+
+
+def test_hlo_metadata_names_every_instruction_and_knows_the_loop_body():
+  meta = prof.hlo_metadata(_HLO)
+  assert meta['jit_f', 'add_fusion.3'] == 'jit(f)/while/body/Transformer.decode/decoder/layers_2/add'
+  assert meta['jit_f', 'ffi_call.7'] == 'jit(f)/Transformer.encode/encoder/layers_0/mlp/wi/ffi_call'
+  # No op name: named after its kind, in the loop where its computation is a `while`'s body.
+  assert meta['jit_f', 'dot.120'] == '/while/body/(dot, no metadata)'
+  assert prof.site(meta['jit_f', 'dot.120']) == (True, '(dot, no metadata)')
+  assert meta['jit_f', 'wrapped_copy.4'] == '(wrapped_copy, no metadata)'
+  assert prof.site(meta['jit_f', 'wrapped_copy.4']) == (False, '(wrapped_copy, no metadata)')
+  assert prof.categorise(meta['jit_f', 'dot.120']) == 'other XLA'
+
+
 @pytest.mark.skipif(host_memory.glibc_version() is None, reason='host malloc settings need glibc')
 def test_decode_profile_runs_under_the_benchmarks_malloc_settings(tmp_path):
   hlo_dir = tmp_path / 'hlo'

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import time
 from typing import Any
 
@@ -171,7 +172,11 @@ def _own_seconds() -> float:
 
 @dataclasses.dataclass
 class Section:
-  """CPU accounting of one timed section (`with Section() as s: ...`)."""
+  """CPU accounting of one timed section (`with Section() as s: ...`).
+
+  Says on stderr when it starts and how long it took (a whole `t5_small_cpu all` runs ~7 minutes),
+  with a warning when other processes kept more than `FOREIGN_CORES_LIMIT` cores busy meanwhile.
+  """
   name: str
   wall_s: float = 0.0
   own_cores: float | None = None
@@ -181,6 +186,8 @@ class Section:
 
   def __enter__(self) -> 'Section':
     self.loadavg_before = os.getloadavg()[0]
+    print(f'[{self.name}] started (1-minute load {self.loadavg_before:.2f})', file=sys.stderr,
+          flush=True)
     self._t0, self._busy0, self._own0 = time.perf_counter(), _busy_seconds(), _own_seconds()
     return self
 
@@ -193,6 +200,12 @@ class Section:
       self.own_cores = own / self.wall_s
       if busy1 is not None and self._busy0 is not None:
         self.foreign_cores = max(0.0, (busy1 - self._busy0 - own) / self.wall_s)
+    others = ('' if self.foreign_cores is None else
+              f', other processes {self.foreign_cores:.2f} cores'
+              + (f' (more than {FOREIGN_CORES_LIMIT}: this section counts as loaded)'
+                 if self.loaded else ''))
+    print(f'[{self.name}] {"failed after" if exc[0] else "done in"} {self.wall_s:.1f} s{others}',
+          file=sys.stderr, flush=True)
 
   @property
   def loaded(self) -> bool:

@@ -8,7 +8,8 @@
 
 `all` (the default) measures the matmul roof, then the train step, greedy decoding and beam-4
 decoding, each against the peer, and prints ONE JSON line on stdout (keys in benchmarks/README.md,
-checked by tests/benchmarks/) and a table with the ratios and the issue's targets on stderr.
+checked by tests/benchmarks/) and a table with the ratios and the issue's targets on stderr, where
+each timed section also says when it starts and how long it took.
 `train` / `decode` run one of them. The model is T5 v1.0 small with random initialisation
 (vocab 32128, d_model 512, 6 + 6 layers, 8 heads x 64, d_ff 2048, relu, tied embeddings; dropout 0.1
 for training, 0 for decoding) behind a `seqio.PassThroughVocabulary`, so nothing is downloaded.

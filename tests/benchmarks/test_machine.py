@@ -1,4 +1,8 @@
-"""benchmarks/machine.py's processor identity: which CPU a figure was measured on."""
+"""benchmarks/machine.py: which CPU a figure was measured on, and what a timed section reports."""
+import time
+
+import pytest
+
 from benchmarks import machine
 
 # The first entries of /proc/cpuinfo on the two kinds of VM this project's benchmarks ran on
@@ -79,3 +83,19 @@ def test_versions_name_the_installed_packages_and_none_for_missing_ones(monkeypa
 
   monkeypatch.setattr(builtins, '__import__', no_torch)
   assert machine.versions()['torch'] is None
+
+
+def test_a_section_reports_its_start_and_its_time_on_stderr(capsys):
+  with machine.Section('train/t2t') as section:
+    time.sleep(0.05)
+  err = capsys.readouterr().err.splitlines()
+  assert err[0].startswith('[train/t2t] started (1-minute load ')
+  assert err[1].startswith(f'[train/t2t] done in {section.wall_s:.1f} s')
+  assert section.wall_s >= 0.05 and section.as_dict()['name'] == 'train/t2t'
+
+
+def test_a_failing_section_says_so_and_keeps_the_error(capsys):
+  with pytest.raises(RuntimeError, match='peer crashed'):
+    with machine.Section('greedy/peer'):
+      raise RuntimeError('peer crashed')
+  assert '[greedy/peer] failed after ' in capsys.readouterr().err

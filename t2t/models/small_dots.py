@@ -37,8 +37,9 @@ inference), bf16 (`BF16`) or float32 (`F32`'s `t2t_f32_sequence_attention`, in t
 [b, len, heads, kv] layout), with XLA's gradient when differentiated. Inside `weights_reused()`
 (a decoding step) a [K, N] weight is given to the kernel transposed, a transpose XLA computes
 once before the decoding loop. The float32 GEMM library (`GEMM_F32`), the training attention's
-(`ATTENTION_TRAIN_F32`) and the initialisers' Threefry hash (`THREEFRY`) are loaded here too, for
-`gemm.py`, `train_attention.py` and `threefry.py`.
+(`ATTENTION_TRAIN_F32`), the initialisers' Threefry hash (`THREEFRY`) and a decoder layer's whole
+decoding step (`DECODER_STEP_F32`) are loaded here too, for `gemm.py`, `train_attention.py`,
+`threefry.py` and `decoder_step.py`.
 """
 from __future__ import annotations
 
@@ -93,6 +94,7 @@ BF16 = Library('bf16', _HERE / 'small_dots.cc', ('avx512f', 'avx512bw', 'avx512_
                _COMMON_FLAGS + ('-mavx512f', '-mavx512bw', '-mavx512vl', '-mavx512bf16'),
                ('t2t_bf16_nn', 't2t_bf16_nt', 't2t_bf16_attention'))
 _F32_HEADERS = (_HERE / 'small_dots_common.h', _HERE / 'attention_tiles_f32.h')
+_AVX512_HEADERS = _F32_HEADERS + (_HERE / 'panels_f32_avx512.h',)
 F32 = Library('f32', _HERE / 'small_dots_f32.cc', ('avx2', 'fma'),
               _COMMON_FLAGS + ('-mavx2', '-mfma'),
               ('t2t_f32_nt', 't2t_f32_transpose', 't2t_f32_attention',
@@ -100,7 +102,11 @@ F32 = Library('f32', _HERE / 'small_dots_f32.cc', ('avx2', 'fma'),
 F32_AVX512 = Library('f32_avx512', _HERE / 'small_dots_f32_avx512.cc', ('avx512f', 'avx2', 'fma'),
                      _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma'),
                      ('t2t_f32_pack_panels', 't2t_f32_panel_product', 't2t_f32_attention_avx512'),
-                     _F32_HEADERS, switch='T2T_F32_AVX512')
+                     _AVX512_HEADERS, switch='T2T_F32_AVX512')
+DECODER_STEP_F32 = Library(   # t2t/models/decoder_step.py: a decoder layer's step in one call
+    'decoder_step_f32', _HERE / 'decoder_step_f32.cc', ('avx512f', 'avx2', 'fma'),
+    _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma'), ('t2t_f32_decoder_layer_step',),
+    (_HERE / 'attention_tiles_f32.h', _HERE / 'panels_f32_avx512.h'), switch='T2T_DECODER_STEP')
 GEMM_F32 = Library('gemm_f32', _HERE / 'gemm_f32.cc', ('avx2', 'fma'),
                    _COMMON_FLAGS + ('-mavx2', '-mfma'), ('t2t_f32_gemm',))   # t2t/models/gemm.py
 ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
@@ -109,7 +115,7 @@ ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
     ('t2t_f32_attention_train_fwd', 't2t_f32_attention_train_bwd'), _F32_HEADERS)
 THREEFRY = Library('threefry', _HERE / 'threefry.cc', ('avx2',),   # t2t/models/threefry.py
                    _COMMON_FLAGS + ('-mavx2',), ('t2t_threefry2x32',))
-LIBRARIES = (BF16, F32, F32_AVX512, GEMM_F32, ATTENTION_TRAIN_F32, THREEFRY)
+LIBRARIES = (BF16, F32, F32_AVX512, DECODER_STEP_F32, GEMM_F32, ATTENTION_TRAIN_F32, THREEFRY)
 
 
 def cache_dir() -> Path:

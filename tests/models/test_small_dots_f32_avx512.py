@@ -25,8 +25,11 @@ needs_kernel = pytest.mark.skipif(_REASON is not None and 'T2T_SMALL_DOTS=0' not
 
 @pytest.fixture(autouse=True)
 def _kernel_on(monkeypatch):
+  """These kernels, with a decoder layer's step left to them (t2t/models/decoder_step.py, whose
+  one call would otherwise take the products and attentions of these tests' decodes)."""
   monkeypatch.delenv(small_dots.SWITCH, raising=False)
   monkeypatch.delenv(small_dots.F32_AVX512.switch, raising=False)
+  monkeypatch.setenv(small_dots.DECODER_STEP_F32.switch, '0')
 
 
 @needs_kernel

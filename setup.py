@@ -73,9 +73,7 @@ setup(
     packages=find_packages(include=["t2t", "t2t.*", "tasks", "tasks.*"]),
     # The CPU kernels' sources, compiled on first use (t2t/models/small_dots.py, threefry.py).
     package_data={"tasks": ["vocab/*.model", "vocab/*.vocab"],
-                  "t2t.models": ["small_dots.cc", "small_dots_f32.cc", "small_dots_f32_avx512.cc",
-                                 "gemm_f32.cc", "attention_train_f32.cc", "threefry.cc",
-                                 "small_dots_common.h", "attention_tiles_f32.h"]},
+                  "t2t.models": ["*.cc", "*.h"]},   # every kernel source and its headers
     data_files=gin_data_files(),
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

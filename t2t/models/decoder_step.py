@@ -2,25 +2,25 @@
 
 A greedy or beam-search step of a float32 T5 on a CPU reads every decoder weight, the encoder's
 keys and values and the self-attention cache for a handful of rows. `small_dots` already runs
-each of the step's products and its encoder-decoder attention in a kernel of its own; what is
-left is ~55 kernel calls and ~160 small XLA thunks a token (norms, residual adds, the
+each of the step's products and its encoder-decoder attention in a kernel of its own; what was
+left was ~55 kernel calls and ~160 small XLA thunks a token (norms, residual adds, the
 self-attention and its softmax, the cache updates), each a fork and join of the threads. On a
-Zen 4 VM that costs ~11.3 ms a token where the same step written as one C++ routine takes ~8.6
+Zen 4 VM that cost ~11.3 ms a token where the same step written as one C++ routine took 8.5-9.2
 (benchmarks/README.md, "A decoder layer's step in one call"). `fused_layer_step` runs a whole
 `DecoderLayer` step (three RMS norms, self-attention with the cache update, encoder-decoder
-attention, the FFN, the residuals) as one call, its threads meeting at a spin barrier between
-stages.
+attention, the FFN, the residuals) as one call, whose work items each stage gives to whichever
+of the caller and XLA's pool threads takes them first.
 
 It applies to a `DecoderLayer` of a float32 T5 (activations, parameters and products in float32)
 stepping one token inside `small_dots.weights_reused()` (a decoding loop's step, where each
 weight's packing into panels is hoisted out of the loop), on a single-device CPU backend whose
 processor has AVX-512F, with its own self-attention and FFN (not `shared_encoder_decoder`),
-encoder-decoder attention, no adapter, ReLU (T5 v1.0) or gated-GELU (v1.1) feed-forward, a scalar
-cache index, no dropout, d_kv a multiple of 16 up to 128, the encoder length a multiple of
-16, and rows (batch x beams) a multiple of the encoder cache's. Everywhere else it returns None and the layer runs as
-before. `T2T_DECODER_STEP=0` (or `T2T_F32_AVX512=0`, whose panels it reads, or
-`T2T_SMALL_DOTS=0`) turns it off; the result agrees with the
-unfused step to float32 rounding (tests/models/test_decoder_step.py).
+encoder-decoder attention, no adapter, ReLU (T5 v1.0) or gated-GELU (v1.1) feed-forward, a
+scalar cache index, no dropout, d_kv a multiple of 16 up to 128, the encoder length a multiple
+of 16, and rows (batch x beams) a multiple of the encoder cache's. Everywhere else it returns
+None and the layer runs as before. `T2T_DECODER_STEP=0` (or `T2T_F32_AVX512=0`, whose panels it
+reads, or `T2T_SMALL_DOTS=0`) turns it off. The result agrees with the unfused step to float32
+rounding (tests/models/test_decoder_step.py).
 """
 from __future__ import annotations
 

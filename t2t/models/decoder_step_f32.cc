@@ -34,9 +34,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -148,12 +146,17 @@ inline void Panel(const float* A, const float* W, float* C, int M, int K, int N,
   PanelRows(A, W + size_t(p) * K * kPanel, C, M, K, N, p * kPanel);
 }
 
-// x_out[:, columns of panel p] += o[:, same columns].
-inline void AddColumns(float* x, const float* o, int M, int D, int p) {
-  const int c0 = p * kPanel, c1 = std::min(D, c0 + kPanel);
-  for (int m = 0; m < M; ++m) {
-    for (int c = c0; c < c1; ++c) x[size_t(m) * D + c] += o[size_t(m) * D + c];
-  }
+// x_out += A [M, K] x W (panels, N = D), panel by panel: each item a panel's product into the
+// scratch o and its columns added to x_out (a stage of residual; no two items share a column).
+void Residual(Step& st, int stage, const float* A, const float* W, int K) {
+  const Shape& s = st.s;
+  Share(st, stage, [&](int p) {
+    Panel(A, W, st.o, s.M, K, s.D, p);
+    const int c0 = p * kPanel, c1 = std::min(s.D, c0 + kPanel);
+    for (int m = 0; m < s.M; ++m) {
+      for (int c = c0; c < c1; ++c) st.x_out[size_t(m) * s.D + c] += st.o[size_t(m) * s.D + c];
+    }
+  });
 }
 
 // A bias at or below this masks its position: its softmax weight is exactly 0 (e^x flushes to 0
@@ -310,20 +313,14 @@ void Work(Step& st) {
   // 2. Self-attention over the cache, the new slot written first.
   Share(st, 1, [&](int i) { SelfAttention(st, i / s.H, i % s.H, logits, scratch); });
   // 3. x += ctx Wo.
-  Share(st, 2, [&](int p) {
-    Panel(st.ctx, st.wo, st.o, s.M, s.HK, s.D, p);
-    AddColumns(st.x_out, st.o, s.M, s.D, p);
-  });
+  Residual(st, 2, st.ctx, st.wo, s.HK);
   // 4. h = rms(x) ln2; q = h Wq2.
   Share(st, 3, [&] { RmsNorm(st.x_out, st.ln2, h.data(), s.M, s.D, st.eps); },
         [&](int p) { Panel(h.data(), st.wq2, st.q, s.M, s.D, s.HK, p); });
   // 5. Encoder-decoder attention.
   Share(st, 4, [&](int i) { CrossAttention(st, i / s.H, i % s.H, logits); });
   // 6. x += ctx Wo2.
-  Share(st, 5, [&](int p) {
-    Panel(st.ctx, st.wo2, st.o, s.M, s.HK, s.D, p);
-    AddColumns(st.x_out, st.o, s.M, s.D, p);
-  });
+  Residual(st, 5, st.ctx, st.wo2, s.HK);
   // 7. h = rms(x) ln3; f = act(h Wi [, h Wi1]).
   auto norm3 = [&] {
     RmsNorm(st.x_out, st.ln3, h.data(), s.M, s.D, st.eps);
@@ -356,10 +353,7 @@ void Work(Step& st) {
     }
   });
   // 8. x += f Wf.
-  Share(st, 7, [&](int p) {
-    Panel(st.f, st.wf, st.o, s.M, s.F, s.D, p);
-    AddColumns(st.x_out, st.o, s.M, s.D, p);
-  });
+  Residual(st, 7, st.f, st.wf, s.F);
 }
 
 const float* F32(const ffi::AnyBuffer& b) { return static_cast<const float*>(b.untyped_data()); }

@@ -14,13 +14,16 @@ of the caller and XLA's pool threads takes them first.
 It applies to a `DecoderLayer` of a float32 T5 (activations, parameters and products in float32)
 stepping one token inside `small_dots.weights_reused()` (a decoding loop's step, where each
 weight's packing into panels is hoisted out of the loop), on a single-device CPU backend whose
-processor has AVX-512F, with its own self-attention and FFN (not `shared_encoder_decoder`),
-encoder-decoder attention, no adapter, ReLU (T5 v1.0) or gated-GELU (v1.1) feed-forward, a
-scalar cache index, no dropout, d_kv a multiple of 16 up to 128, the encoder length a multiple
-of 16, and rows (batch x beams) a multiple of the encoder cache's. Everywhere else it returns
-None and the layer runs as before. `T2T_DECODER_STEP=0` (or `T2T_F32_AVX512=0`, whose panels it
-reads, or `T2T_SMALL_DOTS=0`) turns it off. The result agrees with the unfused step to float32
-rounding (tests/models/test_decoder_step.py).
+processor has AVX-512F (library `DECODER_STEP_F32`) or else AVX2 + FMA (the same source built as
+`DECODER_STEP_F32_AVX2`, with the AVX2 panels' tiles; `step_library()` says which), with its own
+self-attention and FFN (not `shared_encoder_decoder`), encoder-decoder attention, no adapter,
+ReLU (T5 v1.0) or gated-GELU (v1.1) feed-forward, a scalar cache index, no dropout, d_kv a
+multiple of 16 up to 128, the encoder length a multiple of 16, and rows (batch x beams) a
+multiple of the encoder cache's. Everywhere else it returns None and the layer runs as before.
+`T2T_DECODER_STEP=0` turns it off (so do `T2T_SMALL_DOTS=0` and both panels' switches,
+`T2T_F32_AVX512=0` with `T2T_F32_PANELS_AVX2=0`, whose layout it reads; `T2T_F32_AVX512=0` alone
+leaves the AVX2 build). The result agrees with the unfused step to float32 rounding
+(tests/models/test_decoder_step.py).
 """
 from __future__ import annotations
 
@@ -38,10 +41,29 @@ Array = jax.Array
 _ACTIVATIONS = {('relu',): False, ('gelu', 'linear'): True}   # -> gated
 
 
+# (the panels' library, the step's library) by preference: AVX-512F, else AVX2 + FMA.
+_BUILDS = ((small_dots.F32_AVX512, small_dots.DECODER_STEP_F32),
+           (small_dots.F32_PANELS_AVX2, small_dots.DECODER_STEP_F32_AVX2))
+
+
 def unavailable_reason() -> str | None:
   """Why the fused step cannot run in this process (None when it can)."""
-  return (small_dots.unavailable_reason(small_dots.DECODER_STEP_F32)
-          or small_dots.unavailable_reason(small_dots.F32_AVX512))
+  reasons = []
+  for panels, step in _BUILDS:
+    reason = small_dots.unavailable_reason(step) or small_dots.unavailable_reason(panels)
+    if reason is None:
+      return None
+    reasons.append(reason)
+  return '; '.join(dict.fromkeys(reasons))
+
+
+def step_library() -> small_dots.Library | None:
+  """The step's library this process uses (`DECODER_STEP_F32` with AVX-512F, else
+  `DECODER_STEP_F32_AVX2`), loaded with the panels' library it reads; None where neither runs."""
+  for panels, step in _BUILDS:
+    if small_dots.loaded(step) is not None and small_dots.loaded(panels) is not None:
+      return step
+  return None
 
 
 def _plain_float32(layer: nn.Module) -> bool:
@@ -81,8 +103,7 @@ def fused_layer_step(layer: nn.Module, x: Array, self_bias: Array, cross_bias: A
       or cross_k.shape != (enc_rows, heads, d_kv, enc_length)
       or heads != c.num_heads or d_kv != c.d_kv):
     return None
-  if (not small_dots.single_cpu_device() or small_dots.loaded(small_dots.DECODER_STEP_F32) is None
-      or small_dots.loaded(small_dots.F32_AVX512) is None):   # whose `pack_panels` it reads
+  if not small_dots.single_cpu_device() or step_library() is None:
     return None
   params = nn.unbox(layer.variables['params'])
   new_x, k_cache, v_cache = layer_step(
@@ -101,10 +122,10 @@ def layer_step(x: Array, params: dict[str, Any], k_cache: Array, v_cache: Array,
   `encoder_decoder_attention`, `mlp`, the three layer norms); caches [M, H, T, d_kv]; index an
   int32 scalar; cross_k [R, H, d_kv, L], cross_v [R, H, L, d_kv]. Returns (x, k_cache, v_cache)
   after the step, the caches aliased to the operands (updated in place where XLA can)."""
-  for library in (small_dots.F32_AVX512, small_dots.DECODER_STEP_F32):   # registers the targets
-    if small_dots.loaded(library) is None:
-      raise RuntimeError(f'decoder_step.layer_step needs the {library.name} kernels, which '
-                         f'cannot run here: {unavailable_reason() or "the build failed"}.')
+  library = step_library()   # loads (and so registers) the step's and the panels' targets
+  if library is None:
+    raise RuntimeError('decoder_step.layer_step needs the decoder step kernels, which cannot '
+                       f'run here: {unavailable_reason() or "the build failed"}.')
   rows, d_model = x.shape
   _, heads, length, d_kv = k_cache.shape
   enc_length = cross_k.shape[-1]
@@ -135,7 +156,7 @@ def layer_step(x: Array, params: dict[str, Any], k_cache: Array, v_cache: Array,
       jnp.asarray(index, jnp.int32), self_bias, cross_k, cross_v, cross_bias)
   cache_shape = jax.ShapeDtypeStruct(k_cache.shape, jnp.float32)
   return jax.ffi.ffi_call(
-      't2t_f32_decoder_layer_step',
+      library.targets[0],
       (jax.ShapeDtypeStruct((rows, d_model), jnp.float32), cache_shape, cache_shape),
       input_output_aliases={13: 1, 14: 2}, vmap_method='sequential')(
           *operands, eps=np.float32(eps), gated=np.int64(gated))

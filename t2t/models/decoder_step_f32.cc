@@ -40,12 +40,57 @@
 #include <vector>
 
 #include "attention_tiles_f32.h"
-#include "panels_f32_avx512.h"
 #include "xla/ffi/api/ffi.h"
 
-namespace ffi = xla::ffi;
+// Built twice: with AVX-512F (DECODER_STEP_F32) and with AVX2 + FMA (DECODER_STEP_F32_AVX2, the
+// handler then named t2t_f32_decoder_layer_step_avx2). Only the panels' tiles and `Lanes` below
+// differ; the panels' layout, and so the operands, are the same.
+#if defined(__AVX512F__)
+#include "panels_f32_avx512.h"
 using t2t::avx512::kPanel;
 using t2t::avx512::PanelRows;
+#define T2T_STEP_TARGET t2t_f32_decoder_layer_step
+#else
+#include "panels_f32_avx2.h"
+using t2t::avx2::kPanel;
+using t2t::avx2::PanelRows;
+#define T2T_STEP_TARGET t2t_f32_decoder_layer_step_avx2
+#endif
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// The widest float vector of the build: 16 lanes (AVX-512F) or 8 (AVX2).
+struct Lanes {
+#if defined(__AVX512F__)
+  using Vec = __m512;
+  static constexpr int kWidth = 16;
+  static Vec Zero() { return _mm512_setzero_ps(); }
+  static Vec Load(const float* p) { return _mm512_loadu_ps(p); }
+  static Vec Splat(float x) { return _mm512_set1_ps(x); }
+  static Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  static float Sum(Vec v) { return _mm512_reduce_add_ps(v); }
+#else
+  using Vec = __m256;
+  static constexpr int kWidth = 8;
+  static Vec Zero() { return _mm256_setzero_ps(); }
+  static Vec Load(const float* p) { return _mm256_loadu_ps(p); }
+  static Vec Splat(float x) { return _mm256_set1_ps(x); }
+  static Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  static float Sum(Vec v) {
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 pair = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    return _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+  }
+#endif
+};
+using Vec = Lanes::Vec;
+constexpr int kLanes = Lanes::kWidth;
+
+}  // namespace
 
 namespace {
 
@@ -197,22 +242,19 @@ void SelfAttention(Step& st, int b, int h, std::vector<float>& logits,
   const int T = UnmaskedLength(bias, 1, s.T, 1);
   logits.resize(T);
   for (int t = 0; t < T; ++t) {
-    __m512 acc = _mm512_setzero_ps();
+    Vec acc = Lanes::Zero();
     const float* k = keys + size_t(t) * s.DK;
-    for (int d = 0; d < s.DK; d += 16) {
-      acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), acc);
-    }
-    logits[t] = _mm512_reduce_add_ps(acc);
+    for (int d = 0; d < s.DK; d += kLanes) acc = Lanes::Fma(Lanes::Load(q + d), Lanes::Load(k + d), acc);
+    logits[t] = Lanes::Sum(acc);
   }
   SoftmaxAnyLength(logits.data(), bias, T, scratch);
   float* out = st.ctx + at;
-  for (int d = 0; d < s.DK; d += 16) {
-    __m512 acc = _mm512_setzero_ps();
+  for (int d = 0; d < s.DK; d += kLanes) {
+    Vec acc = Lanes::Zero();
     for (int t = 0; t < T; ++t) {
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(logits[t]),
-                            _mm512_loadu_ps(values + size_t(t) * s.DK + d), acc);
+      acc = Lanes::Fma(Lanes::Splat(logits[t]), Lanes::Load(values + size_t(t) * s.DK + d), acc);
     }
-    _mm512_storeu_ps(out + d, acc);
+    Lanes::Store(out + d, acc);
   }
 }
 
@@ -231,11 +273,10 @@ void KeysInOrder(const float* q, size_t ldq, const float* keys, size_t ldk, floa
       _mm_prefetch(reinterpret_cast<const char*>(krow + l + kAheadFloats), _MM_HINT_T0);
     }
     for (int i = 0; i < rows; ++i) {
-      const __m512 qd = _mm512_set1_ps(q[size_t(i) * ldq + d]);
+      const Vec qd = Lanes::Splat(q[size_t(i) * ldq + d]);
       float* out = logits + size_t(i) * n;
-      for (int l = 0; l < n; l += 16) {
-        _mm512_storeu_ps(out + l, _mm512_fmadd_ps(qd, _mm512_loadu_ps(krow + l),
-                                                  _mm512_loadu_ps(out + l)));
+      for (int l = 0; l < n; l += kLanes) {
+        Lanes::Store(out + l, Lanes::Fma(qd, Lanes::Load(krow + l), Lanes::Load(out + l)));
       }
     }
   }
@@ -245,20 +286,18 @@ void KeysInOrder(const float* q, size_t ldq, const float* keys, size_t ldk, floa
 // 128): the values read once, in order, the sums in registers.
 void ValuesInOrder(const float* p, const float* values, float* out, size_t ldo, int rows, int n,
                    int DK) {
-  const int vecs = DK / 16;
+  const int vecs = DK / kLanes;
   for (int i = 0; i < rows; ++i) {
-    __m512 acc[8];
-    for (int j = 0; j < vecs; ++j) acc[j] = _mm512_setzero_ps();
+    Vec acc[128 / kLanes];
+    for (int j = 0; j < vecs; ++j) acc[j] = Lanes::Zero();
     const float* pi = p + size_t(i) * n;
     for (int l = 0; l < n; ++l) {
       const float* vrow = values + size_t(l) * DK;
       if (i == 0) _mm_prefetch(reinterpret_cast<const char*>(vrow + kAheadFloats), _MM_HINT_T0);
-      const __m512 pl = _mm512_set1_ps(pi[l]);
-      for (int j = 0; j < vecs; ++j) {
-        acc[j] = _mm512_fmadd_ps(pl, _mm512_loadu_ps(vrow + 16 * j), acc[j]);
-      }
+      const Vec pl = Lanes::Splat(pi[l]);
+      for (int j = 0; j < vecs; ++j) acc[j] = Lanes::Fma(pl, Lanes::Load(vrow + kLanes * j), acc[j]);
     }
-    for (int j = 0; j < vecs; ++j) _mm512_storeu_ps(out + size_t(i) * ldo + 16 * j, acc[j]);
+    for (int j = 0; j < vecs; ++j) Lanes::Store(out + size_t(i) * ldo + kLanes * j, acc[j]);
   }
 }
 
@@ -462,7 +501,7 @@ ffi::Error LayerStep(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer ln1,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_decoder_layer_step, LayerStep,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T2T_STEP_TARGET, LayerStep,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()   // x

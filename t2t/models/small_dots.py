@@ -20,6 +20,12 @@ of our own for the small dots" and "An AVX2 kernel for float32 decoding"):
   columns keeps its sums in AVX-512's registers and reads its panel as one stream, ~2x the
   bytes a thread that `F32`'s NT tiles read on a Zen 4 VM (benchmarks/README.md, "Float32
   decoding on Zen 4: weights in panels, AVX-512"). `T2T_F32_AVX512=0` turns it alone off.
+- `F32_PANELS_AVX2` (the same source built with AVX2 + FMA, its targets named `..._avx2`): the
+  panels' packing and product where the processor lacks AVX-512F (Zen 3, Intel client cores),
+  with tiles of 6 rows x 16 columns over 8 KB blocks of the panel (`panels_f32_avx2.h`), in
+  place of `F32`'s NT product (benchmarks/README.md, "Float32 decoding without AVX-512: the
+  panels and the decoder step for AVX2"). `panels_library()` says which build runs;
+  `T2T_F32_PANELS_AVX2=0` turns it off, leaving `F32`'s NT product.
 
 `dot(spec, a, b)` returns the product when a kernel applies and None otherwise, so the caller
 (`matmuls`) falls back to XLA's dot. A kernel applies on a single-device CPU backend whose
@@ -38,8 +44,8 @@ inference), bf16 (`BF16`) or float32 (`F32`'s `t2t_f32_sequence_attention`, in t
 (a decoding step) a [K, N] weight is given to the kernel transposed, a transpose XLA computes
 once before the decoding loop. The float32 GEMM library (`GEMM_F32`), the training attention's
 (`ATTENTION_TRAIN_F32`), the initialisers' Threefry hash (`THREEFRY`) and a decoder layer's whole
-decoding step (`DECODER_STEP_F32`) are loaded here too, for `gemm.py`, `train_attention.py`,
-`threefry.py` and `decoder_step.py`.
+decoding step (`DECODER_STEP_F32`, and its AVX2 build `DECODER_STEP_F32_AVX2`) are loaded here
+too, for `gemm.py`, `train_attention.py`, `threefry.py` and `decoder_step.py`.
 """
 from __future__ import annotations
 
@@ -70,7 +76,7 @@ DType = Any
 MAX_ROWS = 64
 NN_CHUNK_COLUMNS = 128   # columns of W [K, N] per work item shared among threads
 NT_CHUNK_ROWS = 64       # rows of W [N, K] per work item
-PANEL_COLUMNS = 32       # columns of a packed float32 panel (`F32_AVX512`)
+PANEL_COLUMNS = 32       # columns of a packed float32 panel (`panels_library()`)
 PANEL_CHUNK = 4          # panels per work item
 SWITCH = 'T2T_SMALL_DOTS'
 _HERE = Path(__file__).parent
@@ -103,10 +109,22 @@ F32_AVX512 = Library('f32_avx512', _HERE / 'small_dots_f32_avx512.cc', ('avx512f
                      _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma'),
                      ('t2t_f32_pack_panels', 't2t_f32_panel_product', 't2t_f32_attention_avx512'),
                      _AVX512_HEADERS, switch='T2T_F32_AVX512')
+_AVX2_PANEL_HEADERS = _F32_HEADERS + (_HERE / 'panels_f32_avx2.h',)
+F32_PANELS_AVX2 = Library(   # the same source built for AVX2: the panels without AVX-512F
+    'f32_panels_avx2', _HERE / 'small_dots_f32_avx512.cc', ('avx2', 'fma'),
+    _COMMON_FLAGS + ('-mavx2', '-mfma'),
+    ('t2t_f32_pack_panels_avx2', 't2t_f32_panel_product_avx2'), _AVX2_PANEL_HEADERS,
+    switch='T2T_F32_PANELS_AVX2')
+_STEP_HEADERS = (_HERE / 'attention_tiles_f32.h', _HERE / 'panels_f32_avx512.h',
+                 _HERE / 'panels_f32_avx2.h')
 DECODER_STEP_F32 = Library(   # t2t/models/decoder_step.py: a decoder layer's step in one call
     'decoder_step_f32', _HERE / 'decoder_step_f32.cc', ('avx512f', 'avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma'), ('t2t_f32_decoder_layer_step',),
-    (_HERE / 'attention_tiles_f32.h', _HERE / 'panels_f32_avx512.h'), switch='T2T_DECODER_STEP')
+    _STEP_HEADERS, switch='T2T_DECODER_STEP')
+DECODER_STEP_F32_AVX2 = Library(   # the same step built for AVX2, with F32_PANELS_AVX2's panels
+    'decoder_step_f32_avx2', _HERE / 'decoder_step_f32.cc', ('avx2', 'fma'),
+    _COMMON_FLAGS + ('-mavx2', '-mfma'), ('t2t_f32_decoder_layer_step_avx2',),
+    _STEP_HEADERS, switch='T2T_DECODER_STEP')
 GEMM_F32 = Library('gemm_f32', _HERE / 'gemm_f32.cc', ('avx2', 'fma'),
                    _COMMON_FLAGS + ('-mavx2', '-mfma'), ('t2t_f32_gemm',))   # t2t/models/gemm.py
 ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
@@ -115,7 +133,8 @@ ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
     ('t2t_f32_attention_train_fwd', 't2t_f32_attention_train_bwd'), _F32_HEADERS)
 THREEFRY = Library('threefry', _HERE / 'threefry.cc', ('avx2',),   # t2t/models/threefry.py
                    _COMMON_FLAGS + ('-mavx2',), ('t2t_threefry2x32',))
-LIBRARIES = (BF16, F32, F32_AVX512, DECODER_STEP_F32, GEMM_F32, ATTENTION_TRAIN_F32, THREEFRY)
+LIBRARIES = (BF16, F32, F32_AVX512, F32_PANELS_AVX2, DECODER_STEP_F32, DECODER_STEP_F32_AVX2,
+             GEMM_F32, ATTENTION_TRAIN_F32, THREEFRY)
 
 
 def cache_dir() -> Path:
@@ -330,14 +349,28 @@ def dot(spec: str, a: Array, b: Array) -> Array | None:
   return result.reshape(a.shape[:len(a_free)] + tuple(b.shape[b_spec.index(c)] for c in b_free))
 
 
+def panels_library() -> Library | None:
+  """The float32 panels' library this process uses: `F32_AVX512` where the processor has
+  AVX-512F, else `F32_PANELS_AVX2` (the same products and layout with AVX2's tiles); None where
+  neither runs (switched off, no compiler, not x86-64 Linux)."""
+  for library in (F32_AVX512, F32_PANELS_AVX2):
+    if loaded(library) is not None:
+      return library
+  return None
+
+
+def _panels_target(name: str) -> str:
+  return name if panels_library() is F32_AVX512 else f'{name}_avx2'
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _f32_product(transpose: bool, a: Array, w: Array) -> Array:
-  """a [M, K] x w [N, K] -> [M, N] float32 by `F32_AVX512`'s panels where the processor has
-  AVX-512F, else by `F32`'s NT kernel; with `transpose`, w is [K, N]. Either way w is first
+  """a [M, K] x w [N, K] -> [M, N] float32 by weights packed in panels (`panels_library()`),
+  else by `F32`'s NT kernel; with `transpose`, w is [K, N]. Either way w is first
   rearranged by a custom call (the panels' packing, or `F32`'s transpose to w^T): XLA hoists a
   custom call out of a loop, but not a transpose alone (it deems one not worth hoisting), which
   would then run every decoding step. Differentiated as the plain product."""
-  if loaded(F32_AVX512) is not None:
+  if panels_library() is not None:
     return _panel_product(a, pack_panels(w, nk=not transpose), w.shape[1 if transpose else 0])
   if transpose:
     w = jax.ffi.ffi_call('t2t_f32_transpose', jax.ShapeDtypeStruct(w.shape[::-1], w.dtype),
@@ -347,21 +380,22 @@ def _f32_product(transpose: bool, a: Array, w: Array) -> Array:
 
 
 def pack_panels(w: Array, *, nk: bool) -> Array:
-  """`F32_AVX512`' layout of a float32 weight: w [K, N] (or [N, K] with `nk`) as panels
-  [ceil(N / 32), K, 32], panel p holding columns 32p..32p+31 row after row, zero past N.
+  """The float32 panels' layout of a weight (`panels_library()`, which must run here): w [K, N]
+  (or [N, K] with `nk`) as panels [ceil(N / 32), K, 32], panel p holding columns 32p..32p+31
+  row after row, zero past N.
 
   A custom call that depends on nothing a loop carries: XLA hoists it out of a decoding loop,
   so each weight is packed once per decode."""
   k, n = (w.shape[1], w.shape[0]) if nk else w.shape
   panels = -(-n // PANEL_COLUMNS)
-  return jax.ffi.ffi_call('t2t_f32_pack_panels',
+  return jax.ffi.ffi_call(_panels_target('t2t_f32_pack_panels'),
                           jax.ShapeDtypeStruct((panels, k, PANEL_COLUMNS), jnp.float32),
                           vmap_method='sequential')(w, nk=np.int64(nk))
 
 
 def _panel_product(a: Array, panels: Array, width: int) -> Array:
   """a [M, K] x packed panels [P, K, 32] -> [M, width] float32 (`width`: the weight's N)."""
-  return jax.ffi.ffi_call('t2t_f32_panel_product',
+  return jax.ffi.ffi_call(_panels_target('t2t_f32_panel_product'),
                           jax.ShapeDtypeStruct((a.shape[0], width), jnp.float32),
                           vmap_method='sequential')(a, panels, chunk=np.int64(PANEL_CHUNK))
 

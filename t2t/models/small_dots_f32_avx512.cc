@@ -1,7 +1,9 @@
 // A float32 decoding step's products on x86 CPUs with AVX-512F: a few rows (M <= 64) against
 // weights packed in column panels, and the encoder-decoder attention over its cache. Loaded by
-// t2t/models/small_dots.py as XLA FFI handlers (library `F32_AVX512`); where the processor lacks
-// AVX-512F, small_dots_f32.cc's AVX2 kernels (t2t_f32_nt, t2t_f32_attention) serve instead.
+// t2t/models/small_dots.py as XLA FFI handlers (library `F32_AVX512`). Built a second time with
+// AVX2 + FMA only (library `F32_PANELS_AVX2`, panels_f32_avx2.h's tiles): the packing and the
+// panel product alone, as t2t_f32_pack_panels_avx2 and t2t_f32_panel_product_avx2, for
+// processors without AVX-512F, whose attention is small_dots_f32.cc's t2t_f32_attention.
 //
 //   t2t_f32_pack_panels: W [K, N] (nk = 0) or [N, K] (nk = 1) -> panels [ceil(N / 32), K, 32],
 //     columns N..32 * ceil(N / 32) zero. A custom call with no loop-carried operand, so XLA
@@ -28,16 +30,25 @@
 #include <vector>
 
 #include "attention_tiles_f32.h"
-#include "panels_f32_avx512.h"
 #include "small_dots_common.h"
 #include "xla/ffi/api/ffi.h"
+
+#if defined(__AVX512F__)
+#include "panels_f32_avx512.h"
+using t2t::avx512::kPanel;
+using t2t::avx512::PanelRows;
+using t2t::avx512::RowProduct;
+#define T2T_PANELS_TARGET(name) name
+#else   // the AVX2 build (F32_PANELS_AVX2): the panels only, its targets named ..._avx2
+#include "panels_f32_avx2.h"
+using t2t::avx2::kPanel;
+using t2t::avx2::PanelRows;
+#define T2T_PANELS_TARGET(name) name##_avx2
+#endif
 
 namespace ffi = xla::ffi;
 using t2t::ParallelFor;
 using t2t::f32::Softmax;
-using t2t::avx512::kPanel;
-using t2t::avx512::PanelRows;
-using t2t::avx512::RowProduct;
 
 namespace {
 
@@ -101,6 +112,7 @@ ffi::Error PackPanels(ffi::ThreadPool pool, ffi::AnyBuffer w, ffi::Result<ffi::A
   return ffi::Error::Success();
 }
 
+#if defined(__AVX512F__)
 // --- The encoder-decoder attention of a decoding step ----------------------------------------
 constexpr int kBlockRows = 64;  // query rows whose logits [rows, L] one work item keeps in cache
 
@@ -119,24 +131,26 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, f
         RowProduct(logits.data(), L, v, D, out, D, rows, L, D);
       });
 }
+#endif
 
 }  // namespace
 
 // W, the panels, and whether W is [N, K] (else [K, N]).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_pack_panels, PackPanels,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T2T_PANELS_TARGET(t2t_f32_pack_panels), PackPanels,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<int64_t>("nk"));
 // A [M, K], the panels, the result, and the panels one thread takes at a time.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_panel_product, PanelProduct,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T2T_PANELS_TARGET(t2t_f32_panel_product), PanelProduct,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<int64_t>("chunk"));
+#if defined(__AVX512F__)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_attention_avx512, Attention,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
@@ -145,3 +159,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_attention_avx512, Attention,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
+#endif

@@ -1,9 +1,10 @@
 """Tests for t2t.models.decoder_step (a float32 T5 decoder layer's decoding step in one kernel
-call, decoder_step_f32.cc): the kernel against a plain-JAX reference of the layer's step (ReLU and
-gated GELU, greedy rows and beams sharing an encoder row, a cache length not a multiple of 8, the
-slot index clamped as dynamic_update_slice clamps it); a float32 T5 whose decoding steps' logits
-agree with the unfused layers' over a teacher-forced decode, its caches updated the same; and the
-cases it leaves to the unfused layer."""
+call, decoder_step_f32.cc, built for AVX-512F and for AVX2, each tested where the processor runs
+it): the kernel against a plain-JAX reference of the layer's step (ReLU and gated GELU, greedy
+rows and beams sharing an encoder row, a cache length not a multiple of 8, the slot index clamped
+as dynamic_update_slice clamps it); a float32 T5 whose decoding steps' logits agree with the
+unfused layers' over a teacher-forced decode, its caches updated the same; and the cases it
+leaves to the unfused layer."""
 import functools
 
 import flax.linen as nn
@@ -18,18 +19,26 @@ from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import Transformer
 from tests.models import helpers
 
-# Where the processor has AVX-512F and a C++ compiler exists the library must build and run (a
-# failed build fails these tests); elsewhere only the fallback tests run.
-_REASON = decoder_step.unavailable_reason()
-needs_kernel = pytest.mark.skipif(_REASON is not None and '=0' not in _REASON,
-                                  reason=f'the decoder step kernel is unavailable: {_REASON}')
-
-
 @pytest.fixture(autouse=True)
 def _kernel_on(monkeypatch):
-  for library in (small_dots.F32_AVX512, small_dots.DECODER_STEP_F32):
+  for library in (small_dots.F32_AVX512, small_dots.F32_PANELS_AVX2, small_dots.DECODER_STEP_F32):
     monkeypatch.delenv(library.switch, raising=False)
   monkeypatch.delenv(small_dots.SWITCH, raising=False)
+
+
+@pytest.fixture(params=['avx512', 'avx2'])
+def build(request, monkeypatch):
+  """The step's build under test: AVX-512F's, or AVX2's (AVX-512F's panels switched off, as on a
+  processor without them). Where the processor has the build's instructions and a C++ compiler
+  exists it must build and run (a failed build fails the test); elsewhere it is skipped."""
+  panels, step = decoder_step._BUILDS[0 if request.param == 'avx512' else 1]
+  reason = small_dots.unavailable_reason(step) or small_dots.unavailable_reason(panels)
+  if reason is not None:
+    pytest.skip(f'the {step.name} kernel is unavailable: {reason}')
+  if request.param == 'avx2':
+    monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')
+  assert decoder_step.step_library() is step
+  return step
 
 
 def _rms(x, scale, eps):
@@ -91,13 +100,12 @@ def _layer_operands(seed, rows, enc_rows, heads, d_kv, d_model, d_ff, length, en
               cross_bias=layers.mask_to_bias(jnp.asarray(valid)))
 
 
-@needs_kernel
 @pytest.mark.parametrize('rows,enc_rows,length,index,gated', [
     (8, 8, 64, 5, False),     # a greedy step at T5's d_kv
     (6, 2, 12, 11, True),     # three beams an encoder row; T not a multiple of 8; gated GELU
     (3, 3, 16, 40, False),    # an index past the cache: the last slot, as dynamic_update_slice
 ])
-def test_kernel_matches_the_reference_step(rows, enc_rows, length, index, gated):
+def test_kernel_matches_the_reference_step(rows, enc_rows, length, index, gated, build):
   ops = _layer_operands(rows + length, rows, enc_rows, heads=3, d_kv=32, d_model=40, d_ff=72,
                         length=length, enc_length=48, gated=gated)
   index = jnp.int32(index)
@@ -142,13 +150,12 @@ def _teacher_forced_logits(feed_forward_proj: str):
   return predict.lower(params, inputs).as_text(), predict(params, inputs)
 
 
-@needs_kernel
 @pytest.mark.parametrize('feed_forward_proj', ['relu', 'gated-gelu'])
-def test_model_steps_agree_with_the_unfused_layers(feed_forward_proj, monkeypatch):
+def test_model_steps_agree_with_the_unfused_layers(feed_forward_proj, build, monkeypatch):
   hlo_on, (logits_on, cache_on) = _teacher_forced_logits(feed_forward_proj)
   monkeypatch.setenv(small_dots.DECODER_STEP_F32.switch, '0')
   hlo_off, (logits_off, cache_off) = _teacher_forced_logits(feed_forward_proj)
-  assert hlo_on.count('custom_call @t2t_f32_decoder_layer_step') == 2   # two decoder layers
+  assert hlo_on.count(f'custom_call @{build.targets[0]}(') == 2   # two decoder layers
   assert 'decoder_layer_step' not in hlo_off
   assert logits_on.shape == (7, 4, 80)
   scale = float(np.max(np.abs(np.asarray(logits_off))))
@@ -158,29 +165,29 @@ def test_model_steps_agree_with_the_unfused_layers(feed_forward_proj, monkeypatc
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-4)
 
 
-@needs_kernel
-def test_beam_search_decodes_the_same_with_and_without_it(monkeypatch):
+def test_beam_search_decodes_the_same_with_and_without_it(build, monkeypatch):
   from tests.models.test_small_dots_f32 import tiny_float32_decode
   decode = tiny_float32_decode(3, vocab_size=72)
   hlo_on, tokens_on = decode()
   monkeypatch.setenv(small_dots.DECODER_STEP_F32.switch, '0')
   _, tokens_off = decode()
-  assert 't2t_f32_decoder_layer_step' in hlo_on
+  assert f'custom_call @{build.targets[0]}(' in hlo_on
   np.testing.assert_array_equal(np.asarray(tokens_on), np.asarray(tokens_off))
 
 
-@pytest.mark.parametrize('change', ['bf16', 'shared', 'switch', 'avx512_off', 'adapter'])
+@pytest.mark.parametrize('change', ['bf16', 'shared', 'switch', 'panels_off', 'adapter'])
 def test_other_layers_run_unfused(change, monkeypatch):
-  """bf16 products, layers shared with the encoder, an adapter and the switches keep the
-  unfused layer."""
+  """bf16 products, layers shared with the encoder, an adapter and the switches (the step's, or
+  both panels' builds, whose layout it reads) keep the unfused layer."""
   overrides = {'bf16': dict(matmul_dtype='bfloat16'), 'adapter': dict(adapter_dim=8),
                'shared': dict(shared_encoder_decoder=True)}.get(change, {})
   config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=96, vocab_size=80,
                                **overrides)
   if change == 'switch':
     monkeypatch.setenv(small_dots.DECODER_STEP_F32.switch, '0')
-  if change == 'avx512_off':
+  if change == 'panels_off':
     monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')
+    monkeypatch.setenv(small_dots.F32_PANELS_AVX2.switch, '0')
   module = Transformer(config)
   batch = helpers.seq2seq_batch(seed=3, batch=2, enc_len=32, dec_len=4, vocab=80)
   params = nn.unbox(helpers.init_variables(module, batch))['params']
@@ -192,11 +199,17 @@ def test_other_layers_run_unfused(change, monkeypatch):
   assert 'decoder_layer_step' not in text
 
 
-def test_unavailable_without_avx512(monkeypatch):
+def test_avx2_build_without_avx512_and_none_without_avx2(monkeypatch):
   monkeypatch.setattr(small_dots, '_cpu_flags', lambda: frozenset({'avx2', 'fma'}))
+  if small_dots.unavailable_reason(small_dots.DECODER_STEP_F32_AVX2) is not None:
+    pytest.skip('no C++ compiler for the kernels')
+  assert decoder_step.unavailable_reason() is None
+  assert decoder_step.step_library() is small_dots.DECODER_STEP_F32_AVX2
+  monkeypatch.setattr(small_dots, '_cpu_flags', lambda: frozenset({'sse4_2'}))
   assert 'avx512f' in decoder_step.unavailable_reason()
+  assert 'avx2' in decoder_step.unavailable_reason()
+  assert decoder_step.step_library() is None
 
 
-@needs_kernel
-def test_library_builds_and_reports_enabled():
-  assert small_dots.status()['decoder_step_f32'] == {'enabled': True, 'reason': None}
+def test_library_builds_and_reports_enabled(build):
+  assert small_dots.status()[build.name] == {'enabled': True, 'reason': None}

@@ -26,11 +26,12 @@ needs_kernel = pytest.mark.skipif(_REASON is not None and 'T2T_SMALL_DOTS=0' not
 
 @pytest.fixture(autouse=True)
 def _kernel_on(monkeypatch):
-  """The AVX2 kernels, also on a processor with AVX-512F, whose own library (`F32_AVX512`,
+  """The AVX2 NT kernels, also where the panels' libraries (`F32_AVX512`, `F32_PANELS_AVX2`,
   tests/models/test_small_dots_f32_avx512.py) would otherwise take the products and the
   encoder-decoder attention."""
   monkeypatch.delenv(small_dots.SWITCH, raising=False)
   monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')
+  monkeypatch.setenv(small_dots.F32_PANELS_AVX2.switch, '0')
 
 
 def _operands(seed, a_shape, b_shape):

@@ -1,8 +1,9 @@
-"""Tests for the AVX-512 float32 decoding kernels of t2t.models.small_dots (`F32_AVX512`,
-small_dots_f32_avx512.cc): the panel packing by hand, the panel product against XLA's dot, the
-packing hoisted out of a decoding loop, the encoder-decoder attention against the unfused one,
-a float32 T5 decoding the same tokens as with the AVX2 kernels, and the fallback to those where
-the processor lacks AVX-512F or the library is switched off."""
+"""Tests for the float32 panel kernels of t2t.models.small_dots (small_dots_f32_avx512.cc, built
+for AVX-512F as `F32_AVX512` and for AVX2 as `F32_PANELS_AVX2`): the panel packing by hand, the
+panel product against XLA's dot, the packing hoisted out of a decoding loop (each test under both
+builds where the processor runs them), the encoder-decoder attention against the unfused one, a
+float32 T5 decoding the same tokens with either build and with the NT kernels, and which one a
+processor without AVX-512F, or a switch, leaves."""
 import functools
 import re
 
@@ -29,7 +30,22 @@ def _kernel_on(monkeypatch):
   one call would otherwise take the products and attentions of these tests' decodes)."""
   monkeypatch.delenv(small_dots.SWITCH, raising=False)
   monkeypatch.delenv(small_dots.F32_AVX512.switch, raising=False)
+  monkeypatch.delenv(small_dots.F32_PANELS_AVX2.switch, raising=False)
   monkeypatch.setenv(small_dots.DECODER_STEP_F32.switch, '0')
+
+
+@pytest.fixture(params=['avx512', 'avx2'])
+def build(request, monkeypatch):
+  """The panels' build under test: AVX-512F's, or AVX2's (AVX-512F's switched off, as on a
+  processor without it); skipped where the processor cannot run it."""
+  library = {'avx512': small_dots.F32_AVX512, 'avx2': small_dots.F32_PANELS_AVX2}[request.param]
+  reason = small_dots.unavailable_reason(library)
+  if reason is not None:
+    pytest.skip(f'the {library.name} kernels are unavailable: {reason}')
+  if request.param == 'avx2':
+    monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')
+  assert small_dots.panels_library() is library
+  return library
 
 
 @needs_kernel
@@ -37,9 +53,8 @@ def test_library_builds_and_reports_enabled():
   assert small_dots.status()['f32_avx512'] == {'enabled': True, 'reason': None}
 
 
-@needs_kernel
 @pytest.mark.parametrize('nk', [False, True])
-def test_pack_panels_by_hand(nk):
+def test_pack_panels_by_hand(nk, build):
   """W [K=3, N=40] (entry 100 k + n): panel 0 holds columns 0..31 row by row, panel 1 columns
   32..39 and 24 zeros a row."""
   w = 100 * np.arange(3)[:, None] + np.arange(40)[None, :]
@@ -52,7 +67,6 @@ def test_pack_panels_by_hand(nk):
   np.testing.assert_array_equal(packed[0, 0, 5], 5)
 
 
-@needs_kernel
 @pytest.mark.parametrize('spec,a_shape,b_shape', [
     ('abc,cd->abd', (8, 1, 512), (512, 2048)),     # FFN input, one token of a batch of 8
     ('abc,cd->abd', (8, 1, 2048), (2048, 512)),    # FFN output
@@ -64,11 +78,12 @@ def test_pack_panels_by_hand(nk):
     ('abc,zc->abz', (4, 8, 64), (12, 64)),         # beam search: 32 rows
     ('ab,zb->az', (13, 8), (100, 8)),              # 13 rows: a tile of 8 and one of 5
 ])
-def test_panel_product_matches_xla_dot(spec, a_shape, b_shape):
+def test_panel_product_matches_xla_dot(spec, a_shape, b_shape, build):
   a, b = _operands(0, a_shape, b_shape)
   fn = _reused_dot(spec)
   text = jax.jit(fn).lower(a, b).as_text()
   assert 't2t_f32_panel_product' in text and 't2t_f32_pack_panels' in text
+  assert ('t2t_f32_panel_product_avx2' in text) == (build is small_dots.F32_PANELS_AVX2)
   assert 't2t_f32_nt' not in text and 't2t_f32_transpose' not in text
   got = jax.jit(fn)(a, b)
   want = jnp.einsum(spec, a, b, precision='highest')
@@ -77,9 +92,8 @@ def test_panel_product_matches_xla_dot(spec, a_shape, b_shape):
                              atol=2e-6 * float(jnp.max(jnp.abs(want))))
 
 
-@needs_kernel
 @pytest.mark.parametrize('spec,b_shape', [('abc,cd->abd', (64, 96)), ('abc,zc->abz', (40, 64))])
-def test_panel_product_is_differentiated_as_the_plain_product(spec, b_shape):
+def test_panel_product_is_differentiated_as_the_plain_product(spec, b_shape, build):
   a, w = _operands(2, (4, 2, 64), b_shape)
   plain = lambda a, w: jnp.einsum(spec, a, w, precision='highest')
   loss = lambda f: jax.jit(jax.value_and_grad(lambda a, w: jnp.sum(jnp.sin(f(a, w))), (0, 1)))
@@ -88,9 +102,8 @@ def test_panel_product_is_differentiated_as_the_plain_product(spec, b_shape):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
 
 
-@needs_kernel
 @pytest.mark.parametrize('spec', ['mk,kn->mn', 'mk,nk->mn'])
-def test_weights_are_packed_once_before_the_loop(spec):
+def test_weights_are_packed_once_before_the_loop(spec, build):
   """The packing (a custom call on the weight alone) leaves the loop; its body only multiplies."""
   w = _operands(4, (1, 1), (64, 96) if spec == 'mk,kn->mn' else (96, 64))[1]
 
@@ -144,26 +157,36 @@ def test_cross_attention_matches_the_unfused_attention(b, h, q, d, length, maske
 
 @needs_kernel
 @pytest.mark.parametrize('beams', [1, 3])
-def test_float32_model_decodes_the_same_tokens_as_with_the_avx2_kernels(beams, monkeypatch):
+def test_float32_model_decodes_the_same_tokens_with_either_build_and_the_nt_kernels(
+    beams, monkeypatch):
   decode = tiny_float32_decode(beams, vocab_size=72)   # tied logits: 2 panels + 8 columns
   hlo_512, tokens_512 = decode()
   monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')
   hlo_avx2, tokens_avx2 = decode()
+  monkeypatch.setenv(small_dots.F32_PANELS_AVX2.switch, '0')
+  hlo_nt, tokens_nt = decode()
   # The decoder's two cached cross-attentions; its products and the tied logits (72 = 2 panels
   # + 8 columns) by panels.
   assert hlo_512.count('custom_call @t2t_f32_attention_avx512') == 2
   assert 't2t_f32_panel_product' in hlo_512 and 't2t_f32_nt' not in hlo_512
-  assert 't2t_f32_nt' in hlo_avx2 and 'avx512' not in hlo_avx2 and 'panel' not in hlo_avx2
+  assert 't2t_f32_panel_product_avx2' not in hlo_512
+  assert 't2t_f32_panel_product_avx2' in hlo_avx2 and 'avx512' not in hlo_avx2
+  assert 't2t_f32_nt' not in hlo_avx2
+  assert 't2t_f32_nt' in hlo_nt and 'avx512' not in hlo_nt and 'panel' not in hlo_nt
   assert np.asarray(tokens_512).shape == (4, 8)
   np.testing.assert_array_equal(np.asarray(tokens_512), np.asarray(tokens_avx2))
+  np.testing.assert_array_equal(np.asarray(tokens_512), np.asarray(tokens_nt))
 
 
-def test_a_processor_without_avx512_uses_the_avx2_kernels(monkeypatch):
+def test_a_processor_without_avx512_uses_the_avx2_panels(monkeypatch):
   monkeypatch.setattr(small_dots, '_cpu_flags', lambda: frozenset({'avx2', 'fma'}))
   assert 'avx512f' in small_dots.unavailable_reason(small_dots.F32_AVX512)
   if small_dots.unavailable_reason(small_dots.F32) is not None:
     pytest.skip('no C++ compiler for the AVX2 kernels either')
   a, w = _operands(1, (8, 64), (64, 96))
+  text = jax.jit(_reused_dot('mk,kn->mn')).lower(a, w).as_text()
+  assert 't2t_f32_panel_product_avx2' in text and 't2t_f32_nt' not in text
+  monkeypatch.setenv(small_dots.F32_PANELS_AVX2.switch, '0')   # then the NT kernels
   text = jax.jit(_reused_dot('mk,kn->mn')).lower(a, w).as_text()
   assert 't2t_f32_nt' in text and 'panel' not in text
 

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from t2t.models import small_dots
 from t2t.models.transformer import T5Config
 
 
@@ -64,3 +66,15 @@ def trained_params(model, params, batch: dict[str, np.ndarray], steps: int = 40,
     params, opt_state, loss = step(params, opt_state)
     losses.append(float(loss))
   return params, losses
+
+
+def use_float32_build(isa: str, monkeypatch, *libraries: small_dots.Library) -> None:
+  """Selects the float32 kernels' build `isa` ('avx512' or 'avx2') for the calling test: skips it
+  where one of `libraries` cannot run here (CPU flags, no compiler), and for 'avx2' switches the
+  AVX-512F panels off, as on a processor without them. A library that should run but fails to
+  build is left to fail the test."""
+  reason = next((r for r in map(small_dots.unavailable_reason, libraries) if r is not None), None)
+  if reason is not None:
+    pytest.skip(f'{" / ".join(library.name for library in libraries)} unavailable: {reason}')
+  if isa == 'avx2':
+    monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')

@@ -32,11 +32,7 @@ def build(request, monkeypatch):
   processor without them). Where the processor has the build's instructions and a C++ compiler
   exists it must build and run (a failed build fails the test); elsewhere it is skipped."""
   panels, step = decoder_step._BUILDS[0 if request.param == 'avx512' else 1]
-  reason = small_dots.unavailable_reason(step) or small_dots.unavailable_reason(panels)
-  if reason is not None:
-    pytest.skip(f'the {step.name} kernel is unavailable: {reason}')
-  if request.param == 'avx2':
-    monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')
+  helpers.use_float32_build(request.param, monkeypatch, step, panels)
   assert decoder_step.step_library() is step
   return step
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from t2t.models import layers, small_dots
+from tests.models import helpers
 from tests.models.test_small_dots_f32 import (_operands, _reference_cross_attention, _reused_dot,
                                               tiny_float32_decode)
 
@@ -39,11 +40,7 @@ def build(request, monkeypatch):
   """The panels' build under test: AVX-512F's, or AVX2's (AVX-512F's switched off, as on a
   processor without it); skipped where the processor cannot run it."""
   library = {'avx512': small_dots.F32_AVX512, 'avx2': small_dots.F32_PANELS_AVX2}[request.param]
-  reason = small_dots.unavailable_reason(library)
-  if reason is not None:
-    pytest.skip(f'the {library.name} kernels are unavailable: {reason}')
-  if request.param == 'avx2':
-    monkeypatch.setenv(small_dots.F32_AVX512.switch, '0')
+  helpers.use_float32_build(request.param, monkeypatch, library)
   assert small_dots.panels_library() is library
   return library
 

@@ -34,7 +34,7 @@ using namespace t2t::f32;
 namespace {
 
 constexpr int kForwardBlock = 96;    // query rows of a forward work item: their P [96, L] in L2
-constexpr int kBackwardBlock = 96;   // query rows a backward step takes: three [48, L] in L2
+constexpr int kBackwardBlock = 96;   // query rows a backward step takes: two [96, L] in L2
 
 struct Shape {
   int B = 0, Q = 0, H = 0, D = 0, L = 0;
@@ -64,24 +64,6 @@ ffi::Error ReadShape(const char* name, const ffi::AnyBuffer& q, const ffi::AnyBu
         "L multiples of 16");
   }
   return ffi::Error::Success();
-}
-
-// Where column j (a multiple of 8) of row r of a [rows, L] matrix goes in its strips of 16
-// columns, [L / 16][rows][16] (PackStrips' layout).
-inline size_t StripIndex(int r, int j, int rows) {
-  return (size_t(j / kTileCols) * rows + r) * kTileCols + j % kTileCols;
-}
-
-// x [rows, cols] (row i at x + i * ld) -> out [cols, rows], contiguous.
-inline void TransposeRows(const float* x, size_t ld, int rows, int cols, float* out) {
-  for (int i = 0; i < rows; ++i)
-    for (int c = 0; c < cols; ++c) out[size_t(c) * rows + i] = x[size_t(i) * ld + c];
-}
-
-// c [rows, cols], contiguous -> out [cols, rows] with row i of out at out + i * ld.
-inline void ScatterTransposed(const float* c, int rows, int cols, float* out, size_t ld) {
-  for (int i = 0; i < cols; ++i)
-    for (int r = 0; r < rows; ++r) out[size_t(i) * ld + r] = c[size_t(r) * cols + i];
 }
 
 // 8 keep flags (bytes of 0 or 1) -> 8 floats, each `scale` or 0.
@@ -190,62 +172,68 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
   const __m256 vscale = _mm256_set1_ps(scale);
   const int strips = L / kTileCols;
   // One work item per (batch row, head), its query rows in blocks whose [rows, L] pieces stay in
-  // L2: P and keep are read once and d_logits written once; d_v^T and d_k^T [D, L] accumulate.
+  // L2: P and keep are read once and d_logits written once. d_v and d_k [L, D] are sums over the
+  // blocks, each block's part a product whose left operand is read transposed in place
+  // (attention_tiles_f32.h's kTransposedA), so they accumulate in their own [B, L, H, D] rows.
   ParallelFor(pool, s.B * H, [=](int pair) {
     const int b = pair / H, h = pair % H;
     const size_t q_offset = size_t(b) * Q * row + size_t(h) * D;
     const size_t kv_offset = size_t(b) * L * row + size_t(h) * D;
     thread_local std::vector<float> buffer;
     const size_t block_floats = size_t(kBackwardBlock) * L;
-    buffer.resize(size_t(4) * L * D + 3 * block_floats + size_t(D) * kBackwardBlock);
+    buffer.resize(size_t(2) * L * D + 2 * block_floats + size_t(2) * D * kBackwardBlock);
     float* const v_strips = buffer.data();                 // v^T as [L / 16][D][16]
     float* const k_strips = v_strips + size_t(L) * D;      // k as [D / 16][L][16]
-    float* const d_vt = k_strips + size_t(L) * D;          // [D, L]
-    float* const d_kt = d_vt + size_t(L) * D;              // [D, L]
-    float* const dp = d_kt + size_t(L) * D;                // a block's dW, then dP: [rows, L]
-    float* const dropped = dp + block_floats;              // P * keep * scale, [L / 16][rows][16]
-    float* const ds_strips = dropped + block_floats;       // d_logits, [L / 16][rows][16]
-    float* const transposed = ds_strips + block_floats;    // d_out's or q's block, [D, rows]
+    float* const dp = k_strips + size_t(L) * D;            // a block's dW, dP, then d_logits [rows, L]
+    float* const dropped = dp + block_floats;              // P * keep * scale, [rows, L]
+    float* const g_strips = dropped + block_floats;        // the block's d_out, [D / 16][rows][16]
+    float* const q_strips = g_strips + size_t(D) * kBackwardBlock;   // and its q, the same way
     PackTransposedStrips(Vp + kv_offset, row, L, D, v_strips);
     PackStrips(Kp + kv_offset, row, L, D, k_strips);
-    std::fill(d_vt, d_vt + 2 * size_t(L) * D, 0.0f);
     for (int r0 = 0; r0 < Q; r0 += kBackwardBlock) {
       const int rows = std::min(kBackwardBlock, Q - r0);
       const size_t first = (size_t(pair) * Q + r0) * L;
       const float* g = Gp + q_offset + size_t(r0) * row;
+      const float* qrows = Qp + q_offset + size_t(r0) * row;
       TiledProduct(g, row, rows, v_strips, D, strips, dp, L, false);   // dW = d_out v^T
       for (int r = 0; r < rows; ++r) {
         const float* pr = Pp + first + size_t(r) * L;
         const uint8_t* mr = Mp + first + size_t(r) * L;
         float* dr = dp + size_t(r) * L;
+        float* wr = dropped + size_t(r) * L;
         float* sr = DS + first + size_t(r) * L;
         __m256 acc = _mm256_setzero_ps();
         for (int j = 0; j < L; j += 8) {
           const __m256 m = KeepScale(mr + j, vscale), p = _mm256_loadu_ps(pr + j);
           const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dr + j), m);
           _mm256_storeu_ps(dr + j, d);
-          _mm256_storeu_ps(dropped + StripIndex(r, j, rows), _mm256_mul_ps(p, m));
+          _mm256_storeu_ps(wr + j, _mm256_mul_ps(p, m));
           acc = _mm256_fmadd_ps(d, p, acc);
         }
         const __m256 delta = _mm256_set1_ps(ReduceSum(acc));
         for (int j = 0; j < L; j += 8) {
           const __m256 ds = _mm256_mul_ps(_mm256_loadu_ps(pr + j),
                                           _mm256_sub_ps(_mm256_loadu_ps(dr + j), delta));
+          _mm256_storeu_ps(dr + j, ds);
           _mm256_storeu_ps(sr + j, ds);
-          _mm256_storeu_ps(ds_strips + StripIndex(r, j, rows), ds);
         }
       }
-      // d_q = d_logits k, this block's rows of it (d_logits read back while in cache).
-      TiledProduct(DS + first, L, rows, k_strips, L, D / kTileCols, DQ + q_offset + size_t(r0) * row,
-                   row, true);
-      // d_v^T += d_out^T (P * keep * scale) and d_k^T += q^T d_logits over this block's rows.
-      TransposeRows(g, row, rows, D, transposed);
-      TiledProduct<false, true>(transposed, rows, D, dropped, rows, strips, d_vt, L, false);
-      TransposeRows(Qp + q_offset + size_t(r0) * row, row, rows, D, transposed);
-      TiledProduct<false, true>(transposed, rows, D, ds_strips, rows, strips, d_kt, L, false);
+      // d_q = d_logits k, this block's rows of it.
+      TiledProduct(dp, L, rows, k_strips, L, D / kTileCols, DQ + q_offset + size_t(r0) * row, row,
+                   true);
+      // d_v += (P * keep * scale)^T d_out and d_k += d_logits^T q over this block's rows.
+      PackStrips(g, row, rows, D, g_strips);
+      PackStrips(qrows, row, rows, D, q_strips);
+      float* const dv = DV + kv_offset;
+      float* const dk = DK + kv_offset;
+      if (r0 == 0) {
+        TiledProduct<true, false>(dropped, L, L, g_strips, rows, D / kTileCols, dv, row, true);
+        TiledProduct<true, false>(dp, L, L, q_strips, rows, D / kTileCols, dk, row, true);
+      } else {
+        TiledProduct<true, true>(dropped, L, L, g_strips, rows, D / kTileCols, dv, row, true);
+        TiledProduct<true, true>(dp, L, L, q_strips, rows, D / kTileCols, dk, row, true);
+      }
     }
-    ScatterTransposed(d_vt, D, L, DV + kv_offset, row);
-    ScatterTransposed(d_kt, D, L, DK + kv_offset, row);
   });
   return ffi::Error::Success();
 }

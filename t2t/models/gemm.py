@@ -5,7 +5,9 @@ Differentiating `x @ w` needs `g @ w^T` and `x^T @ g`. For T5-small's float32 tr
 encoder FFN's [8 * 512, 2048] hidden gradient (140-180 ms a layer, written column by column) and
 the logits' [8 * 114, 32128] gradient (~380 ms), ~1.2 s of a ~10 s step (benchmarks/README.md,
 "Float32 on Zen 3"). `gemm_f32.cc` reads either operand transposed where it lies,
-so nothing is copied; on plain products it runs at about XLA's speed.
+so nothing is copied; on plain products it ran at about XLA's speed on Zen 3, and behind it on
+Zen 4, where the input's gradient (whose transposed operand is only the small weight) is left to
+XLA's dot.
 
 `dot(spec, a, b)` returns the product for a float32 contraction of a's trailing axes against b's
 leading or trailing axes with no batch axes (every weight product of the Transformer:
@@ -13,8 +15,9 @@ leading or trailing axes with no batch axes (every weight product of the Transfo
 decoding step (`small_dots.weights_reused`), on a single-device CPU backend whose processor has
 AVX2 and FMA (`small_dots.GEMM_F32`, compiled on first use as the other kernels are); None
 otherwise, and the caller (`matmuls.matmul`) uses XLA's einsum. The forward product is XLA's own
-dot, so inference and the forward pass compile as before; only the two gradient products run in
-the kernel (a `custom_vjp`). Attention's batched products stay with XLA.
+dot, so inference and the forward pass compile as before; the weight's gradient runs in the
+kernel (a `custom_vjp`), the input's gradient (whose transposed operand is only the small weight)
+in XLA's dot. Attention's batched products stay with XLA.
 
 `T2T_GEMM=0` turns it off alone; `T2T_SMALL_DOTS=0` turns off every t2t kernel, this one too.
 """
@@ -33,6 +36,11 @@ Array = jax.Array
 
 MIN_ROWS = 128      # rows of the product (tokens) below which XLA's backward is left alone
 SWITCH = 'T2T_GEMM'
+# The input's gradient g w^T by the kernel too (False: by XLA's dot, the default). On a 2-core Zen 4
+# XLA's dot ran T5-small's input-gradient products 2-20% faster than the kernel (jitted alone),
+# and the train step's median 4.85 s against 4.99 s (benchmarks/README.md, "The train step on
+# Zen 4: the attention backward's transposes, and the input gradients by XLA's dot").
+INPUT_GRADIENT_BY_KERNEL = False
 
 
 def unavailable_reason() -> str | None:
@@ -93,8 +101,9 @@ def _xla_product(a: Array, w: Array, transpose_b: bool) -> Array:
 def product(a: Array, w: Array, transpose_b: bool) -> Array:
   """a [M, K] x w -> [M, N] float32 by XLA's dot: w is [K, N], or [N, K] with `transpose_b`.
 
-  Its gradients are the kernel's: for a, ct [M, N] x op(w)^T; for w, a^T x ct ([K, N]) or
-  ct^T x a ([N, K]), each operand read in place (float32 sums in another order than XLA's).
+  The weight's gradient is the kernel's: a^T x ct ([K, N]) or ct^T x a ([N, K]), both operands
+  read in place (float32 sums in another order than XLA's). The input's, ct [M, N] x op(w)^T, is
+  XLA's dot, whose transposed operand is only the weight (`INPUT_GRADIENT_BY_KERNEL`).
   """
   return _xla_product(a, w, transpose_b)
 
@@ -105,7 +114,10 @@ def _product_fwd(a, w, transpose_b):
 
 def _product_bwd(transpose_b, residuals, ct):
   a, w = residuals
-  da = _kernel(ct, w, False, not transpose_b)
+  if INPUT_GRADIENT_BY_KERNEL:
+    da = _kernel(ct, w, False, not transpose_b)
+  else:   # ct [M, N] x op(w)^T: the transposed operand is the (small) weight
+    da = jax.lax.dot_general(ct, w, (((1,), (0 if transpose_b else 1,)), ((), ())))
   dw = _kernel(ct, a, True, False) if transpose_b else _kernel(a, ct, True, False)
   return da, dw
 

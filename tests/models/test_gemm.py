@@ -78,10 +78,17 @@ def _loss(spec):
     ('bld,zd->blz', (2, 70, 32), (1000, 32)),         # tied logits against [vocab, embed]
     ('bld,df->blf', (4, 32, 64), (64, 128)),          # an FFN layer, MIN_ROWS rows exactly
 ])
-def test_weight_products_get_their_gradients_from_the_kernel(spec, a_shape, b_shape):
+@pytest.mark.parametrize('input_gradient_by_kernel', [False, True])
+def test_weight_products_get_their_gradients_from_the_kernel(spec, a_shape, b_shape,
+                                                             input_gradient_by_kernel,
+                                                             monkeypatch):
+  monkeypatch.setattr(gemm, 'INPUT_GRADIENT_BY_KERNEL', input_gradient_by_kernel)
   a, b = _normal(2, a_shape), _normal(3, b_shape)
   grad = jax.jit(jax.grad(_loss(spec), argnums=(0, 1)))
-  assert 't2t_f32_gemm' in grad.lower(a, b).as_text()
+  # The weight's gradient is the kernel's; the input's is XLA's dot unless the flag says otherwise.
+  assert grad.lower(a, b).as_text().count('t2t_f32_gemm') == (2 if input_gradient_by_kernel else 1)
+  input_only = jax.jit(jax.grad(_loss(spec), argnums=0)).lower(a, b).as_text()
+  assert ('t2t_f32_gemm' in input_only) == input_gradient_by_kernel
   # The forward product is XLA's own: inference compiles as before.
   assert 't2t_f32_gemm' not in jax.jit(_loss(spec)).lower(a, b).as_text()
   want = jax.grad(lambda a, b: jnp.sum(jnp.sin(jnp.einsum(spec, a, b, precision='highest'))),

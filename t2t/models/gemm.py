@@ -114,10 +114,11 @@ def _product_fwd(a, w, transpose_b):
 
 def _product_bwd(transpose_b, residuals, ct):
   a, w = residuals
+  # ct [M, N] x op(w)^T: the transposed operand is the (small) weight.
   if INPUT_GRADIENT_BY_KERNEL:
     da = _kernel(ct, w, False, not transpose_b)
-  else:   # ct [M, N] x op(w)^T: the transposed operand is the (small) weight
-    da = jax.lax.dot_general(ct, w, (((1,), (0 if transpose_b else 1,)), ((), ())))
+  else:
+    da = _xla_product(ct, w, not transpose_b)
   dw = _kernel(ct, a, True, False) if transpose_b else _kernel(a, ct, True, False)
   return da, dw
 

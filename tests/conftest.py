@@ -93,22 +93,6 @@ def pytest_configure(config):
     jax.config.update("jax_compilation_cache_dir", str(cache_dir))
 
 
-# The modules that take minutes (end-to-end subprocess runs, kill/resume, eight-device and
-# two-process training), heaviest first by the durations of a full run. With `--dist loadfile` a
-# module goes whole to one worker, in collection order: one of these landing last kept the other
-# worker idle for minutes at the end of the run. Sorting is stable, so the order of the tests
-# within a module, and of every other module, is unchanged.
-HEAVY_MODULES_FIRST = (
-    "tests/training/test_kill_resume.py", "tests/training/test_multiprocess.py",
-    "tests/models/test_peft.py", "tests/test_eval.py", "tests/training/test_adaptation.py",
-    "tests/training/test_sharded_training.py", "tests/models/test_variants_end_to_end.py",
-    "tests/test_logs.py", "tests/test_study.py", "tests/benchmarks/test_t5_small_cpu.py",
-    "tests/training/test_adaptation_matrix.py", "tests/models/test_classifier_api.py",
-    "tests/test_end_to_end.py", "tests/training/test_preemption.py", "tests/test_phases.py",
-    "tests/models/test_bert.py", "tests/test_experiment.py",
-)
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_collection(session):
   """Test modules import with Python's collector paused, then what they leave is frozen, as
@@ -117,8 +101,3 @@ def pytest_collection(session):
   from t2t.training import garbage_collection
   with garbage_collection.imports_without_collection():
     return (yield)
-
-
-def pytest_collection_modifyitems(config, items):
-  rank = {path: i for i, path in enumerate(HEAVY_MODULES_FIRST)}
-  items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))

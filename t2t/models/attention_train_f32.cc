@@ -24,70 +24,30 @@
 #include <vector>
 
 #include "attention_tiles_f32.h"
+#include "attention_train_common.h"
 #include "small_dots_common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 using t2t::ParallelFor;
 using namespace t2t::f32;
+using namespace t2t::attention_train;
 
 namespace {
 
 constexpr int kForwardBlock = 96;    // query rows of a forward work item: their P [96, L] in L2
 constexpr int kBackwardBlock = 96;   // query rows a backward step takes: two [96, L] in L2
 
-struct Shape {
-  int B = 0, Q = 0, H = 0, D = 0, L = 0;
-  size_t row = 0;   // stride between positions of q, k, v and out: H * D
-};
-
-bool Is(const ffi::AnyBuffer& x, ffi::DataType type, std::initializer_list<int64_t> dims) {
-  const auto d = x.dimensions();
-  return x.element_type() == type && d.size() == dims.size() &&
-         std::equal(d.begin(), d.end(), dims.begin());
-}
-
-// q, k, v's shape, checked with the other operands (the name says whose error it is).
-ffi::Error ReadShape(const char* name, const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
-                     const ffi::AnyBuffer& v, Shape& s) {
-  const auto qd = q.dimensions(), kd = k.dimensions();
-  if (qd.size() != 4 || kd.size() != 4) {
-    return ffi::Error::InvalidArgument(std::string(name) + ": q, k, v must be [B, len, H, D]");
-  }
-  s.B = int(qd[0]); s.Q = int(qd[1]); s.H = int(qd[2]); s.D = int(qd[3]); s.L = int(kd[1]);
-  s.row = size_t(s.H) * s.D;
-  const auto f32 = ffi::DataType::F32;
-  if (!Is(q, f32, {s.B, s.Q, s.H, s.D}) || !Is(k, f32, {s.B, s.L, s.H, s.D}) ||
-      !Is(v, f32, {s.B, s.L, s.H, s.D}) || s.D % kTileCols != 0 || s.L % kTileCols != 0) {
-    return ffi::Error::InvalidArgument(
-        std::string(name) + ": expects float32 q [B, Q, H, D], k and v [B, L, H, D] with D and "
-        "L multiples of 16");
-  }
-  return ffi::Error::Success();
-}
-
-// 8 keep flags (bytes of 0 or 1) -> 8 floats, each `scale` or 0.
-inline __m256 KeepScale(const uint8_t* keep, __m256 scale) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), scale);
-}
-
 ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::AnyBuffer bias, ffi::AnyBuffer keep, ffi::Result<ffi::AnyBuffer> out,
                    ffi::Result<ffi::AnyBuffer> probs, float scale) {
   static const char* kName = "t2t_f32_attention_train_fwd";
   Shape s;
-  if (auto error = ReadShape(kName, q, k, v, s); error.failure()) return error;
-  const auto bd = bias.dimensions();
-  if (bd.size() != 4 || bias.element_type() != ffi::DataType::F32 ||
-      (bd[0] != s.B && bd[0] != 1) || (bd[1] != s.H && bd[1] != 1) || bd[2] != s.Q ||
-      bd[3] != s.L || !Is(keep, ffi::DataType::PRED, {s.B, s.H, s.Q, s.L}) ||
-      !Is(*out, ffi::DataType::F32, {s.B, s.Q, s.H, s.D}) ||
-      !Is(*probs, ffi::DataType::F32, {s.B, s.H, s.Q, s.L})) {
-    return ffi::Error::InvalidArgument(
-        std::string(kName) + ": expects float32 bias [B or 1, H or 1, Q, L], bool keep "
-        "[B, H, Q, L], results float32 [B, Q, H, D] and [B, H, Q, L]");
+  if (auto error = ReadShape(kName, kTileCols, q, k, v, s); error.failure()) return error;
+  if (auto error = CheckForward(kName, s, bias, keep, *out, *probs); error.failure()) {
+    return error;
   }
+  const auto bd = bias.dimensions();
   const int B = s.B, Q = s.Q, H = s.H, D = s.D, L = s.L;
   const size_t row = s.row;
   const auto* Qp = static_cast<const float*>(q.untyped_data());
@@ -146,16 +106,10 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
                     float scale) {
   static const char* kName = "t2t_f32_attention_train_bwd";
   Shape s;
-  if (auto error = ReadShape(kName, q, k, v, s); error.failure()) return error;
-  const auto f32 = ffi::DataType::F32;
-  if (!Is(probs, f32, {s.B, s.H, s.Q, s.L}) ||
-      !Is(keep, ffi::DataType::PRED, {s.B, s.H, s.Q, s.L}) ||
-      !Is(d_out, f32, {s.B, s.Q, s.H, s.D}) || !Is(*d_q, f32, {s.B, s.Q, s.H, s.D}) ||
-      !Is(*d_k, f32, {s.B, s.L, s.H, s.D}) || !Is(*d_v, f32, {s.B, s.L, s.H, s.D}) ||
-      !Is(*d_logits, f32, {s.B, s.H, s.Q, s.L})) {
-    return ffi::Error::InvalidArgument(
-        std::string(kName) + ": expects float32 P [B, H, Q, L], bool keep [B, H, Q, L], "
-        "d_out [B, Q, H, D] and results shaped as q, k, v and P");
+  if (auto error = ReadShape(kName, kTileCols, q, k, v, s); error.failure()) return error;
+  if (auto error = CheckBackward(kName, s, probs, keep, d_out, *d_q, *d_k, *d_v, *d_logits);
+      error.failure()) {
+    return error;
   }
   const int Q = s.Q, H = s.H, D = s.D, L = s.L;
   const size_t row = s.row;
@@ -197,26 +151,9 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
       const float* qrows = Qp + q_offset + size_t(r0) * row;
       TiledProduct(g, row, rows, v_strips, D, strips, dp, L, false);   // dW = d_out v^T
       for (int r = 0; r < rows; ++r) {
-        const float* pr = Pp + first + size_t(r) * L;
-        const uint8_t* mr = Mp + first + size_t(r) * L;
-        float* dr = dp + size_t(r) * L;
-        float* wr = dropped + size_t(r) * L;
-        float* sr = DS + first + size_t(r) * L;
-        __m256 acc = _mm256_setzero_ps();
-        for (int j = 0; j < L; j += 8) {
-          const __m256 m = KeepScale(mr + j, vscale), p = _mm256_loadu_ps(pr + j);
-          const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(dr + j), m);
-          _mm256_storeu_ps(dr + j, d);
-          _mm256_storeu_ps(wr + j, _mm256_mul_ps(p, m));
-          acc = _mm256_fmadd_ps(d, p, acc);
-        }
-        const __m256 delta = _mm256_set1_ps(ReduceSum(acc));
-        for (int j = 0; j < L; j += 8) {
-          const __m256 ds = _mm256_mul_ps(_mm256_loadu_ps(pr + j),
-                                          _mm256_sub_ps(_mm256_loadu_ps(dr + j), delta));
-          _mm256_storeu_ps(dr + j, ds);
-          _mm256_storeu_ps(sr + j, ds);
-        }
+        const size_t at = first + size_t(r) * L;
+        SoftmaxDropoutBackwardRow(Pp + at, Mp + at, vscale, L, dp + size_t(r) * L,
+                                  dropped + size_t(r) * L, DS + at);
       }
       // d_q = d_logits k, this block's rows of it.
       TiledProduct(dp, L, rows, k_strips, L, D / kTileCols, DQ + q_offset + size_t(r0) * row, row,

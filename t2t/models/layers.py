@@ -301,12 +301,13 @@ class MultiHeadAttention(nn.Module):
         elif self._dropout_kernel(enable_dropout) and train_attention.applies(query, key, value,
                                                                                bias):
           # Training: the softmax, this site's dropout and both products, forward and backward,
-          # in one float32 kernel each (t2t/models/train_attention.py); the same keep mask.
+          # in one kernel each (t2t/models/train_attention.py); the same keep mask.
           keep, keep_prob = Dropout(rate=self.dropout_rate).keep_mask(
               (query.shape[0], query.shape[2], query.shape[1], key.shape[1]))
           fused = train_attention.dropout_attention(
               _rounded(query, self.matmul_dtype), _rounded(key, self.matmul_dtype),
-              _rounded(value, self.matmul_dtype), bias, keep, keep_prob)
+              _rounded(value, self.matmul_dtype), bias, keep, keep_prob,
+              bf16_products=self.matmul_dtype is not None)
           return self._output_projection(fused.astype(self.dtype), inputs_q)
 
     # A float32 cache of rounded values (`_for_cache` on a CPU): the same products, accumulated in
@@ -341,7 +342,8 @@ class MultiHeadAttention(nn.Module):
   def _dropout_kernel(self, enable_dropout: bool) -> bool:
     """Whether this attention is the case `train_attention` has a kernel for (on a CPU with AVX2
     and FMA): dropout on its weights, float32 activations, and float32 or bf16 matmul operands
-    (bf16 ones are rounded before the call; the weights stay float32 in the kernel)."""
+    (bf16 ones are rounded before the call, and multiplied by bf16 dot products where the CPU
+    has AVX512_BF16, else in float32)."""
     return (enable_dropout and self.dropout_rate > 0 and jnp.dtype(self.dtype) == jnp.float32
             and (self.matmul_dtype is None or jnp.dtype(self.matmul_dtype) == jnp.bfloat16))
 

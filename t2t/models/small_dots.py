@@ -43,7 +43,7 @@ inference), bf16 (`BF16`) or float32 (`F32`'s `t2t_f32_sequence_attention`, in t
 [b, len, heads, kv] layout), with XLA's gradient when differentiated. Inside `weights_reused()`
 (a decoding step) a [K, N] weight is given to the kernel transposed, a transpose XLA computes
 once before the decoding loop. The float32 GEMM library (`GEMM_F32`), the training attention's
-(`ATTENTION_TRAIN_F32`), the initialisers' Threefry hash (`THREEFRY`) and a decoder layer's whole
+(`ATTENTION_TRAIN_F32`, and `ATTENTION_TRAIN_BF16` for bf16 matmul operands), the initialisers' Threefry hash (`THREEFRY`) and a decoder layer's whole
 decoding step (`DECODER_STEP_F32`, and its AVX2 build `DECODER_STEP_F32_AVX2`) are loaded here
 too, for `gemm.py`, `train_attention.py`, `threefry.py` and `decoder_step.py`.
 """
@@ -127,14 +127,21 @@ DECODER_STEP_F32_AVX2 = Library(   # the same step built for AVX2, with F32_PANE
     _STEP_HEADERS, switch='T2T_DECODER_STEP')
 GEMM_F32 = Library('gemm_f32', _HERE / 'gemm_f32.cc', ('avx2', 'fma'),
                    _COMMON_FLAGS + ('-mavx2', '-mfma'), ('t2t_f32_gemm',))   # t2t/models/gemm.py
+_TRAIN_ATTENTION_HEADERS = _F32_HEADERS + (_HERE / 'attention_train_common.h',)
 ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
     'attention_train_f32', _HERE / 'attention_train_f32.cc', ('avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx2', '-mfma'),
-    ('t2t_f32_attention_train_fwd', 't2t_f32_attention_train_bwd'), _F32_HEADERS)
+    ('t2t_f32_attention_train_fwd', 't2t_f32_attention_train_bwd'), _TRAIN_ATTENTION_HEADERS)
+ATTENTION_TRAIN_BF16 = Library(   # the same for bf16 matmul operands, by VDPBF16PS
+    'attention_train_bf16', _HERE / 'attention_train_bf16.cc',
+    ('avx512f', 'avx512bw', 'avx512_bf16', 'avx2', 'fma'),
+    _COMMON_FLAGS + ('-mavx512f', '-mavx512bw', '-mavx512vl', '-mavx512bf16', '-mavx2', '-mfma'),
+    ('t2t_bf16_attention_train_fwd', 't2t_bf16_attention_train_bwd'), _TRAIN_ATTENTION_HEADERS,
+    switch='T2T_TRAIN_ATTENTION_BF16')
 THREEFRY = Library('threefry', _HERE / 'threefry.cc', ('avx2',),   # t2t/models/threefry.py
                    _COMMON_FLAGS + ('-mavx2',), ('t2t_threefry2x32',))
 LIBRARIES = (BF16, F32, F32_AVX512, F32_PANELS_AVX2, DECODER_STEP_F32, DECODER_STEP_F32_AVX2,
-             GEMM_F32, ATTENTION_TRAIN_F32, THREEFRY)
+             GEMM_F32, ATTENTION_TRAIN_F32, ATTENTION_TRAIN_BF16, THREEFRY)
 
 
 def cache_dir() -> Path:

@@ -15,12 +15,16 @@ the bias's gradient being d_logits summed over the axes the bias broadcasts. The
 one the model's `Dropout` site draws (`layers.Dropout.keep_mask`), so the kernel and XLA's path
 drop the same weights; their results differ only in float32 summation order.
 
-A model with bf16 matmul operands (`T5Config.matmul_dtype`) uses the kernel too, on q, k and v
-rounded to bf16 (`layers.MultiHeadAttention`): the products of bf16 values accumulated in float32,
-as XLA's bf16 path computes them, except that the softmax's weights are not rounded to bf16 before
-the product with v (slightly closer to the float32 model, tests/models/test_train_attention.py).
-On a Zen 4 VM its bf16 T5-small train step is level with XLA's, its cold start a little shorter
-(nine alternating pairs, benchmarks/README.md).
+A model with bf16 matmul operands (`T5Config.matmul_dtype`) passes q, k and v rounded to bf16
+(`layers.MultiHeadAttention`) with `bf16_products=True`. Where the CPU has AVX512_BF16 and d and
+the key length are multiples of 32 (`runs_bf16_products`), `attention_train_bf16.cc` (library
+`small_dots.ATTENTION_TRAIN_BF16`; `T2T_TRAIN_ATTENTION_BF16=0` turns it off) computes the six
+products with bf16 dot products, rounding each product's operands to bf16 where XLA's bf16 path
+(`matmuls._mixed_einsum`) rounds them: the dropped weights before the product with v, d_out, and
+d_logits before d_q and d_k; so it is XLA's bf16 attention up to float32 summation order.
+Elsewhere the float32 kernel takes the rounded q, k and v: bf16 values multiplied in float32,
+the softmax's weights not rounded (slightly closer to the float32 model). Figures:
+benchmarks/README.md, "bf16 on Zen 4 again" and "The training attention's products in bf16".
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ from t2t.models import small_dots
 Array = jax.Array
 
 SWITCH = 'T2T_TRAIN_ATTENTION'
+_FLOAT32 = 't2t_f32_attention_train'   # the handlers' names, without _fwd / _bwd
+_BF16 = 't2t_bf16_attention_train'
 
 
 def unavailable_reason() -> str | None:
@@ -62,12 +68,21 @@ def applies(query: Array, key: Array, value: Array, bias: Array | None) -> bool:
   return small_dots.loaded(small_dots.ATTENTION_TRAIN_F32) is not None
 
 
+def runs_bf16_products(query: Array, key: Array) -> bool:
+  """Whether `dropout_attention(..., bf16_products=True)` runs on bf16 dot products here: the
+  AVX512_BF16 kernel is built and on, and d and the key length are multiples of 32."""
+  return (query.shape[-1] % 32 == 0 and key.shape[1] % 32 == 0
+          and small_dots.loaded(small_dots.ATTENTION_TRAIN_BF16) is not None)
+
+
 def dropout_attention(query: Array, key: Array, value: Array, bias: Array | None, keep: Array,
-                      keep_prob: float) -> Array:
+                      keep_prob: float, *, bf16_products: bool = False) -> Array:
   """(softmax(q k^T + bias) * keep / keep_prob) v by the kernel, differentiable.
 
   query [b, q, h, d], key and value [b, k, h, d] (float32; `applies` must hold), bias
   broadcastable to [b, h, q, k] or None, keep bool [b, h, q, k]. Returns [b, q, h, d] float32.
+  `bf16_products`: a bf16-matmul model's attention (q, k and v already rounded to bf16), computed
+  with bf16 products where `runs_bf16_products(query, key)`, else in float32.
   """
   b, q, h, _ = query.shape
   length = key.shape[1]
@@ -79,36 +94,38 @@ def dropout_attention(query: Array, key: Array, value: Array, bias: Array | None
   bias = jnp.asarray(bias, jnp.float32)
   bias = jnp.broadcast_to(bias, (bias.shape[0], bias.shape[1], q, length))
   summed = tuple(axis for axis in (0, 1) if bias.shape[axis] == 1 and (b, h)[axis] > 1)
-  return _attention(query, key, value, bias, keep, float(1.0 / keep_prob), summed)
+  kernel = _BF16 if bf16_products and runs_bf16_products(query, key) else _FLOAT32
+  return _attention(query, key, value, bias, keep, float(1.0 / keep_prob), summed, kernel)
 
 
-def _forward_call(query, key, value, bias, keep, scale):
+def _forward_call(query, key, value, bias, keep, scale, kernel):
   b, q, h, _ = query.shape
   shapes = (jax.ShapeDtypeStruct(query.shape, jnp.float32),
             jax.ShapeDtypeStruct((b, h, q, key.shape[1]), jnp.float32))
-  return jax.ffi.ffi_call('t2t_f32_attention_train_fwd', shapes, vmap_method='sequential')(
+  return jax.ffi.ffi_call(f'{kernel}_fwd', shapes, vmap_method='sequential')(
       query, key, value, bias, keep, scale=np.float32(scale))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _attention(query, key, value, bias, keep, scale, summed):
-  """`summed`: the axes (of 0 and 1) the bias broadcasts, over which its gradient is summed."""
-  return _forward_call(query, key, value, bias, keep, scale)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _attention(query, key, value, bias, keep, scale, summed, kernel):
+  """`summed`: the axes (of 0 and 1) the bias broadcasts, over which its gradient is summed;
+  `kernel`: the handlers' name (`_FLOAT32` or `_BF16`)."""
+  return _forward_call(query, key, value, bias, keep, scale, kernel)[0]
 
 
-def _attention_fwd(query, key, value, bias, keep, scale, summed):
-  out, probs = _forward_call(query, key, value, bias, keep, scale)
+def _attention_fwd(query, key, value, bias, keep, scale, summed, kernel):
+  out, probs = _forward_call(query, key, value, bias, keep, scale, kernel)
   return out, (query, key, value, probs, keep)
 
 
-def _attention_bwd(scale, summed, residuals, d_out):
+def _attention_bwd(scale, summed, kernel, residuals, d_out):
   query, key, value, probs, keep = residuals
   shapes = (jax.ShapeDtypeStruct(query.shape, jnp.float32),
             jax.ShapeDtypeStruct(key.shape, jnp.float32),
             jax.ShapeDtypeStruct(value.shape, jnp.float32),
             jax.ShapeDtypeStruct(probs.shape, jnp.float32))
   d_query, d_key, d_value, d_logits = jax.ffi.ffi_call(
-      't2t_f32_attention_train_bwd', shapes, vmap_method='sequential')(
+      f'{kernel}_bwd', shapes, vmap_method='sequential')(
           query, key, value, probs, keep, d_out.astype(jnp.float32), scale=np.float32(scale))
   d_bias = jnp.sum(d_logits, axis=summed, keepdims=True) if summed else d_logits
   return d_query, d_key, d_value, d_bias, None

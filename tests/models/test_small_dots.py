@@ -323,7 +323,7 @@ def test_attention_declines_what_it_does_not_handle():
 @pytest.mark.parametrize('dropout_rate,enable_dropout,fused', [
     (0.1, False, True),   # inference: no dropout
     (0.0, True, True),    # training with dropout 0
-    (0.1, True, False),   # dropout on the weights: XLA's unfused attention
+    (0.1, True, False),   # dropout on the weights: the training attention's kernel instead
 ])
 def test_multi_head_attention_uses_the_kernel_without_dropout(dropout_rate, enable_dropout,
                                                              fused, monkeypatch):
@@ -335,7 +335,7 @@ def test_multi_head_attention_uses_the_kernel_without_dropout(dropout_rate, enab
   params = module.init(jax.random.PRNGKey(0), x, x, bias, enable_dropout=False)
   apply = lambda p, x: module.apply(p, x, x, bias, enable_dropout=enable_dropout,
                                     rngs={'dropout': jax.random.PRNGKey(1)})
-  assert ('t2t_bf16_attention' in jax.jit(apply).lower(params, x).as_text()) == fused
+  assert ('@t2t_bf16_attention(' in jax.jit(apply).lower(params, x).as_text()) == fused
   got = jax.jit(apply)(params, x)
   monkeypatch.setenv(small_dots.SWITCH, '0')
   apply = lambda p, x: module.apply(p, x, x, bias, enable_dropout=enable_dropout,

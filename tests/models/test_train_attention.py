@@ -1,6 +1,9 @@
-"""Tests for t2t.models.train_attention (attention_train_f32.cc): training attention with dropout
-on its weights, forward and backward, against the unfused einsums, by hand, and inside a float32
-T5's loss with the same dropout masks as XLA's path."""
+"""Tests for t2t.models.train_attention (attention_train_f32.cc, attention_train_bf16.cc):
+training attention with dropout on its weights, forward and backward, against the unfused einsums
+(float32, and XLA's bf16 path for the bf16 kernel), by hand, and inside a T5's loss with the same
+dropout masks as XLA's path."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -9,6 +12,7 @@ import pytest
 import seqio
 
 from t2t.models import small_dots, train_attention
+from t2t.models.matmuls import matmul
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import Transformer
 from tests.models import helpers
@@ -18,12 +22,18 @@ from tests.models import helpers
 _REASON = train_attention.unavailable_reason()
 needs_kernel = pytest.mark.skipif(_REASON is not None and 'T2T_' not in _REASON,
                                   reason=f'float32 training attention kernel unavailable: {_REASON}')
+# The bf16 kernel needs AVX512_BF16 as well (a Zen 4 or a recent Xeon).
+_BF16_REASON = small_dots.unavailable_reason(small_dots.ATTENTION_TRAIN_BF16)
+needs_bf16_kernel = pytest.mark.skipif(
+    _BF16_REASON is not None and 'T2T_' not in _BF16_REASON,
+    reason=f'bf16 training attention kernel unavailable: {_BF16_REASON}')
 
 
 @pytest.fixture(autouse=True)
 def _kernel_on(monkeypatch):
   monkeypatch.delenv(small_dots.SWITCH, raising=False)
   monkeypatch.delenv(train_attention.SWITCH, raising=False)
+  monkeypatch.delenv(small_dots.ATTENTION_TRAIN_BF16.switch, raising=False)
 
 
 def _normal(seed, shape):
@@ -38,6 +48,20 @@ def _reference(query, key, value, bias, keep, keep_prob):
   weights = jax.nn.softmax(logits, axis=-1)
   weights = jnp.where(keep, weights * (1.0 / keep_prob), 0.0)
   return jnp.einsum('bhqk,bkhd->bqhd', weights, value)
+
+
+def _xla_bf16_reference(query, key, value, bias, keep, keep_prob):
+  """What MultiHeadAttention computes without the kernel for bf16 matmul operands: each product's
+  operands rounded to bf16 (the backward's cotangents too), accumulated in float32."""
+  logits = matmul('bqhd,bkhd->bhqk', query, key, jnp.float32, jnp.bfloat16)
+  if bias is not None:
+    logits = logits + bias
+  weights = jnp.where(keep, jax.nn.softmax(logits, axis=-1) * (1.0 / keep_prob), 0.0)
+  return matmul('bhqk,bkhd->bqhd', weights, value, jnp.float32, jnp.bfloat16)
+
+
+def _bf16(x):
+  return x.astype(jnp.bfloat16).astype(jnp.float32)
 
 
 @needs_kernel
@@ -74,6 +98,44 @@ def test_forward_and_gradients_match_the_einsums(b, q, length, h, d, bias_shape)
                                err_msg=name)
 
 
+@needs_bf16_kernel
+@pytest.mark.parametrize('b, q, length, h, d, bias_shape', [
+    (2, 40, 64, 3, 32, (1, 3)),      # relative position bias, summed over the batch
+    (2, 64, 96, 2, 64, (2, 1)),      # padding mask, summed over the heads
+    (3, 7, 32, 2, 32, (3, 2)),       # a full bias; an odd number of query rows (a zero pair)
+    (1, 193, 64, 1, 64, None),       # no bias; three backward blocks, the last odd
+])
+def test_bf16_kernel_is_xlas_bf16_path(b, q, length, h, d, bias_shape):
+  """The bf16 kernel rounds each product's operands where XLA's bf16 path does, so the two agree
+  to float32 summation order; both sit at bf16 rounding distance from float32."""
+  query, key = _bf16(_normal(0, (b, q, h, d))), _bf16(_normal(1, (b, length, h, d)))
+  value = _bf16(_normal(2, (b, length, h, d)))
+  bias = None if bias_shape is None else _normal(3, (*bias_shape, q, length))
+  keep = jnp.asarray(np.random.default_rng(4).random((b, h, q, length)) > 0.25)
+  assert train_attention.applies(query, key, value, bias)
+  assert train_attention.runs_bf16_products(query, key)
+  ct = _normal(5, (b, q, h, d))
+
+  def results(fn):
+    args = (query, key, value) + (() if bias is None else (bias,))
+    call = lambda *a: fn(*a[:3], a[3] if len(a) > 3 else None, keep, 0.75)
+    out, pullback = jax.vjp(call, *args)
+    return (out, *pullback(ct))
+
+  kernel = functools.partial(train_attention.dropout_attention, bf16_products=True)
+  text = jax.jit(lambda: results(kernel)).lower().as_text()
+  assert 't2t_bf16_attention_train_fwd' in text and 't2t_bf16_attention_train_bwd' in text
+  got = jax.jit(lambda: results(kernel))()
+  xla = jax.jit(lambda: results(_xla_bf16_reference))()
+  f32 = jax.jit(lambda: results(_reference))()
+  for name, g, x, w in zip(('out', 'query', 'key', 'value', 'bias'), got, xla, f32):
+    scale = float(jnp.max(jnp.abs(w)))
+    np.testing.assert_allclose(np.asarray(g), np.asarray(x), rtol=0, atol=1e-5 * scale,
+                               err_msg=name)
+    error = float(jnp.max(jnp.abs(g - w))) / scale
+    assert 1e-4 < error < 2e-2, (name, error)   # bf16's rounding, not float32's, nor a wrong sum
+
+
 @needs_kernel
 def test_by_hand():
   """q = 0 and no bias: P = 1/16 for each of 16 keys; keys 0-7 dropped at keep_prob 0.5, so the
@@ -89,6 +151,24 @@ def test_by_hand():
   (d_value,) = pullback(jnp.ones_like(out))
   want = np.where(np.arange(16) >= 8, 2 / 16, 0.0)[None, :, None, None] * np.ones((1, 16, 1, 16))
   np.testing.assert_allclose(np.asarray(d_value), want, rtol=1e-6)
+
+
+@needs_bf16_kernel
+def test_bf16_kernel_by_hand():
+  """The same case with bf16 products, 32 keys: P = 1/32, keys 0-15 dropped at keep_prob 0.5, so
+  the output is (2/32) * (16 + ... + 31) = 23.5 and each kept value's gradient 2/32 (all exact in
+  bf16), and d_q = 0 since d_logits = P * (dP - rowsum(dP * P)) with dP the values' 2 x row."""
+  query = jnp.zeros((1, 1, 1, 32), jnp.float32)
+  key = _bf16(_normal(0, (1, 32, 1, 32)))
+  value = jnp.broadcast_to(jnp.arange(32, dtype=jnp.float32)[None, :, None, None], (1, 32, 1, 32))
+  keep = jnp.asarray(np.arange(32) >= 16).reshape(1, 1, 1, 32)
+  out, pullback = jax.vjp(
+      lambda v: train_attention.dropout_attention(query, key, v, None, keep, 0.5,
+                                                  bf16_products=True), value)
+  np.testing.assert_array_equal(np.asarray(out), np.full((1, 1, 1, 32), 23.5, np.float32))
+  (d_value,) = pullback(jnp.ones_like(out))
+  want = np.where(np.arange(32) >= 16, 2 / 32, 0.0)[None, :, None, None] * np.ones((1, 32, 1, 32))
+  np.testing.assert_array_equal(np.asarray(d_value), want.astype(np.float32))
 
 
 @needs_kernel
@@ -111,6 +191,11 @@ def test_what_the_kernel_declines(monkeypatch):
   assert not train_attention.applies(q, _normal(1, (1, 24, 2, 16)), _normal(1, (1, 24, 2, 16)),
                                      None)                                      # keys % 16
   assert not train_attention.applies(q, kv, kv, jnp.zeros((8, 32)))           # bias not 4-D
+  q32, kv32 = _normal(0, (1, 8, 2, 32)), _normal(1, (1, 64, 2, 32))
+  assert not train_attention.runs_bf16_products(q, kv)                         # d % 32
+  assert not train_attention.runs_bf16_products(q32, _normal(1, (1, 48, 2, 32)))  # keys % 32
+  monkeypatch.setenv(small_dots.ATTENTION_TRAIN_BF16.switch, '0')
+  assert not train_attention.runs_bf16_products(q32, kv32)
   monkeypatch.setenv(train_attention.SWITCH, '0')
   assert train_attention.unavailable_reason() == 'T2T_TRAIN_ATTENTION=0'
   assert not train_attention.applies(q, kv, kv, None)
@@ -126,7 +211,7 @@ def test_a_keep_mask_of_the_wrong_shape_is_refused():
 def _t5_with_and_without_the_kernel(monkeypatch, **config_overrides):
   """A tiny T5's loss and gradients under dropout (rate 0.25, philox4x32 key 7) with the kernel's
   attention and with XLA's (`T2T_TRAIN_ATTENTION=0`), the same masks either way; returns the
-  kernel's call count in each program and both (loss, grads)."""
+  kernels' call count (float32 and bf16 products) in each program and both (loss, grads)."""
   config = helpers.tiny_config(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=64,
                                dropout_rate=0.25, **config_overrides)
   module = Transformer(config)
@@ -140,7 +225,7 @@ def _t5_with_and_without_the_kernel(monkeypatch, **config_overrides):
   def run():   # a new function each time: jax.jit's trace cache would keep the first trace
     fn = jax.jit(jax.value_and_grad(lambda p: model.loss_fn(p, batch, rng)[0]))
     text = fn.lower(params).as_text()
-    return text.count('t2t_f32_attention_train_fwd'), fn(params)
+    return text.count('_attention_train_fwd'), fn(params)
 
   calls, with_kernel = run()
   monkeypatch.setenv(train_attention.SWITCH, '0')
@@ -169,7 +254,9 @@ def test_bf16_matmul_t5_with_dropout_with_and_without_the_kernel(monkeypatch):
   keeps the softmax's weights in float32, where XLA's path rounds them to bf16 for the product
   with v; the dropout masks are the same. So the kernel's bf16 model is at least as close to the
   float32 model (same parameters, same masks) as XLA's bf16 path is: its loss, and its gradients
-  leaf by leaf (RMS error relative to the leaf's largest float32 gradient)."""
+  leaf by leaf (RMS error relative to the leaf's largest float32 gradient). (The float32
+  kernel's case: with AVX512_BF16 the bf16 kernel would take these shapes, so it is off here.)"""
+  monkeypatch.setenv(small_dots.ATTENTION_TRAIN_BF16.switch, '0')
   calls, no_calls, (loss, grads), (xla_loss, xla_grads) = _t5_with_and_without_the_kernel(
       monkeypatch, matmul_dtype='bfloat16')
   assert calls == 6 and no_calls == 0
@@ -191,3 +278,25 @@ def test_bf16_matmul_t5_with_dropout_with_and_without_the_kernel(monkeypatch):
   assert np.all(kernel_errors < 0.03), kernel_errors.max()   # bf16 rounding, not a wrong gradient
   assert np.all(kernel_errors <= 1.6 * xla_errors + 1e-4)
   assert kernel_errors.mean() <= 1.1 * xla_errors.mean()
+
+
+@needs_bf16_kernel
+def test_bf16_matmul_t5_with_the_bf16_kernel_is_xlas_bf16_path(monkeypatch):
+  """A bf16-matmul T5 under dropout with the bf16 kernel (its six attentions' shapes are
+  multiples of 32) against XLA's bf16 path and the float32 model, the same masks. The kernel
+  rounds where XLA's path rounds, so it follows that path, not float32: leaf by leaf its
+  gradients' largest deviation from XLA's bf16 path is under a quarter of that path's own
+  distance from float32 (measured: <= 0.09 of it; a bf16 rounding that flips in a summation
+  order's last bit still moves a few elements by ~1e-3 of the leaf's scale)."""
+  calls, no_calls, (loss, grads), (xla_loss, xla_grads) = _t5_with_and_without_the_kernel(
+      monkeypatch, matmul_dtype='bfloat16')
+  assert calls == 6 and no_calls == 0
+  monkeypatch.delenv(train_attention.SWITCH)
+  _, _, (f32_loss, f32_grads), _ = _t5_with_and_without_the_kernel(monkeypatch)
+  assert abs(float(loss) - float(xla_loss)) < 0.1 * abs(float(xla_loss) - float(f32_loss))
+  for g, x, w in zip(jax.tree.leaves(grads), jax.tree.leaves(xla_grads),
+                     jax.tree.leaves(f32_grads)):
+    scale = float(jnp.max(jnp.abs(x)))
+    from_xla = float(jnp.max(jnp.abs(g - x))) / scale
+    xla_from_f32 = float(jnp.max(jnp.abs(x - w))) / scale
+    assert from_xla < 1e-2 and from_xla < 0.25 * xla_from_f32, (from_xla, xla_from_f32)

@@ -1,0 +1,122 @@
+// What the two training attention kernels share (attention_train_f32.cc, float32 FMAs, and
+// attention_train_bf16.cc, AVX512_BF16 dot products): the operands' shapes, checked with a
+// message that names the kernel, and the dropout mask's flags as float multipliers.
+#ifndef T2T_MODELS_ATTENTION_TRAIN_COMMON_H_
+#define T2T_MODELS_ATTENTION_TRAIN_COMMON_H_
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "attention_tiles_f32.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace t2t {
+namespace attention_train {
+
+namespace ffi = xla::ffi;
+
+struct Shape {
+  int B = 0, Q = 0, H = 0, D = 0, L = 0;
+  size_t row = 0;   // stride between positions of q, k, v and out: H * D
+};
+
+inline bool Is(const ffi::AnyBuffer& x, ffi::DataType type, std::initializer_list<int64_t> dims) {
+  const auto d = x.dimensions();
+  return x.element_type() == type && d.size() == dims.size() &&
+         std::equal(d.begin(), d.end(), dims.begin());
+}
+
+// q [B, Q, H, D], k and v [B, L, H, D], float32, D and L multiples of `multiple`; the error
+// names the kernel.
+inline ffi::Error ReadShape(const char* name, int multiple, const ffi::AnyBuffer& q,
+                            const ffi::AnyBuffer& k, const ffi::AnyBuffer& v, Shape& s) {
+  const auto qd = q.dimensions(), kd = k.dimensions();
+  if (qd.size() != 4 || kd.size() != 4) {
+    return ffi::Error::InvalidArgument(std::string(name) + ": q, k, v must be [B, len, H, D]");
+  }
+  s.B = int(qd[0]); s.Q = int(qd[1]); s.H = int(qd[2]); s.D = int(qd[3]); s.L = int(kd[1]);
+  s.row = size_t(s.H) * s.D;
+  const auto f32 = ffi::DataType::F32;
+  if (!Is(q, f32, {s.B, s.Q, s.H, s.D}) || !Is(k, f32, {s.B, s.L, s.H, s.D}) ||
+      !Is(v, f32, {s.B, s.L, s.H, s.D}) || s.D % multiple != 0 || s.L % multiple != 0) {
+    return ffi::Error::InvalidArgument(
+        std::string(name) + ": expects float32 q [B, Q, H, D], k and v [B, L, H, D] with D and "
+        "L multiples of " + std::to_string(multiple));
+  }
+  return ffi::Error::Success();
+}
+
+// The forward's other operands and results: bias [B or 1, H or 1, Q, L], keep [B, H, Q, L],
+// out [B, Q, H, D] and P [B, H, Q, L].
+inline ffi::Error CheckForward(const char* name, const Shape& s, const ffi::AnyBuffer& bias,
+                               const ffi::AnyBuffer& keep, const ffi::AnyBuffer& out,
+                               const ffi::AnyBuffer& probs) {
+  const auto bd = bias.dimensions();
+  if (bd.size() != 4 || bias.element_type() != ffi::DataType::F32 ||
+      (bd[0] != s.B && bd[0] != 1) || (bd[1] != s.H && bd[1] != 1) || bd[2] != s.Q ||
+      bd[3] != s.L || !Is(keep, ffi::DataType::PRED, {s.B, s.H, s.Q, s.L}) ||
+      !Is(out, ffi::DataType::F32, {s.B, s.Q, s.H, s.D}) ||
+      !Is(probs, ffi::DataType::F32, {s.B, s.H, s.Q, s.L})) {
+    return ffi::Error::InvalidArgument(
+        std::string(name) + ": expects float32 bias [B or 1, H or 1, Q, L], bool keep "
+        "[B, H, Q, L], results float32 [B, Q, H, D] and [B, H, Q, L]");
+  }
+  return ffi::Error::Success();
+}
+
+// The backward's other operands and results: P and keep [B, H, Q, L], d_out [B, Q, H, D],
+// d_q, d_k, d_v shaped as q, k, v and d_logits as P.
+inline ffi::Error CheckBackward(const char* name, const Shape& s, const ffi::AnyBuffer& probs,
+                                const ffi::AnyBuffer& keep, const ffi::AnyBuffer& d_out,
+                                const ffi::AnyBuffer& d_q, const ffi::AnyBuffer& d_k,
+                                const ffi::AnyBuffer& d_v, const ffi::AnyBuffer& d_logits) {
+  const auto f32 = ffi::DataType::F32;
+  if (!Is(probs, f32, {s.B, s.H, s.Q, s.L}) ||
+      !Is(keep, ffi::DataType::PRED, {s.B, s.H, s.Q, s.L}) ||
+      !Is(d_out, f32, {s.B, s.Q, s.H, s.D}) || !Is(d_q, f32, {s.B, s.Q, s.H, s.D}) ||
+      !Is(d_k, f32, {s.B, s.L, s.H, s.D}) || !Is(d_v, f32, {s.B, s.L, s.H, s.D}) ||
+      !Is(d_logits, f32, {s.B, s.H, s.Q, s.L})) {
+    return ffi::Error::InvalidArgument(
+        std::string(name) + ": expects float32 P [B, H, Q, L], bool keep [B, H, Q, L], "
+        "d_out [B, Q, H, D] and results shaped as q, k, v and P");
+  }
+  return ffi::Error::Success();
+}
+
+// 8 keep flags (bytes of 0 or 1) -> 8 floats, each `scale` or 0.
+inline __m256 KeepScale(const uint8_t* keep, __m256 scale) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), scale);
+}
+
+// The backward's elementwise step for one query row of L (a multiple of 8), given its P row `p`
+// and keep flags: d [L] holds dW = d_out v^T on entry and d_logits on return,
+// d_logits = P * (dP - rowsum(dP * P)) with dP = dW * keep * scale; `dropped` receives
+// P * keep * scale and `d_logits` a copy of d (the kernel's d_logits result).
+inline void SoftmaxDropoutBackwardRow(const float* p, const uint8_t* keep, __m256 scale, int L,
+                                      float* d, float* dropped, float* d_logits) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int j = 0; j < L; j += 8) {
+    const __m256 m = KeepScale(keep + j, scale), pj = _mm256_loadu_ps(p + j);
+    const __m256 dp = _mm256_mul_ps(_mm256_loadu_ps(d + j), m);
+    _mm256_storeu_ps(d + j, dp);
+    _mm256_storeu_ps(dropped + j, _mm256_mul_ps(pj, m));
+    acc = _mm256_fmadd_ps(dp, pj, acc);
+  }
+  const __m256 delta = _mm256_set1_ps(t2t::f32::ReduceSum(acc));
+  for (int j = 0; j < L; j += 8) {
+    const __m256 ds = _mm256_mul_ps(_mm256_loadu_ps(p + j),
+                                    _mm256_sub_ps(_mm256_loadu_ps(d + j), delta));
+    _mm256_storeu_ps(d + j, ds);
+    _mm256_storeu_ps(d_logits + j, ds);
+  }
+}
+
+}  // namespace attention_train
+}  // namespace t2t
+
+#endif  // T2T_MODELS_ATTENTION_TRAIN_COMMON_H_

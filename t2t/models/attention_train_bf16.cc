@@ -211,23 +211,13 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
                    ffi::AnyBuffer bias, ffi::AnyBuffer keep, ffi::Result<ffi::AnyBuffer> out,
                    ffi::Result<ffi::AnyBuffer> probs, float scale) {
   static const char* kName = "t2t_bf16_attention_train_fwd";
-  Shape s;
-  if (auto error = ReadShape(kName, kCols, q, k, v, s); error.failure()) return error;
-  if (auto error = CheckForward(kName, s, bias, keep, *out, *probs); error.failure()) {
+  ForwardOperands o;
+  if (auto error = ReadForward(kName, kCols, q, k, v, bias, keep, *out, *probs, o);
+      error.failure()) {
     return error;
   }
-  const auto bd = bias.dimensions();
-  const int B = s.B, Q = s.Q, H = s.H, D = s.D, L = s.L;
-  const size_t row = s.row;
-  const auto* Qp = static_cast<const float*>(q.untyped_data());
-  const auto* Kp = static_cast<const float*>(k.untyped_data());
-  const auto* Vp = static_cast<const float*>(v.untyped_data());
-  const auto* Bp = static_cast<const float*>(bias.untyped_data());
-  const auto* Mp = static_cast<const uint8_t*>(keep.untyped_data());
-  auto* Op = static_cast<float*>(out->untyped_data());
-  auto* Pp = static_cast<float*>(probs->untyped_data());
-  const size_t bias_b = bd[0] == 1 ? 0 : size_t(bd[1]) * Q * L;
-  const size_t bias_h = bd[1] == 1 ? 0 : size_t(Q) * L;
+  const int B = o.s.B, Q = o.s.Q, H = o.s.H, D = o.s.D, L = o.s.L;
+  const size_t row = o.s.row;
   // k^T as [L / 32][D / 2][32] pairs and v as [D / 32][L / 2][32] for every (batch row, head).
   thread_local std::vector<uint32_t> packed;
   const size_t pair_words = size_t(L) * D;
@@ -236,8 +226,8 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
   ParallelFor(pool, B * H, [=](int pair) {
     const size_t offset = size_t(pair / H) * L * row + size_t(pair % H) * D;
     uint32_t* keys = packed_data + size_t(pair) * pair_words;
-    PackPairsAlongRows(Kp + offset, row, L, D, keys);
-    PackPairsAcrossRows(Vp + offset, row, L, D, keys + pair_words / 2);
+    PackPairsAlongRows(o.k + offset, row, L, D, keys);
+    PackPairsAcrossRows(o.v + offset, row, L, D, keys + pair_words / 2);
   });
   const int blocks = (Q + kForwardBlock - 1) / kForwardBlock;
   const __m256 vscale = _mm256_set1_ps(scale);
@@ -247,26 +237,26 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
     const uint32_t* keys = packed_data + size_t(pair) * pair_words;
     const uint32_t* values = keys + pair_words / 2;
     const size_t first = (size_t(pair) * Q + r0) * L;   // P's and keep's [rows, L] block
-    float* p = Pp + first;
+    float* p = o.probs + first;
     thread_local std::vector<uint16_t> q_bf16, dropped_bf16;
     thread_local std::vector<float> dropped;
     q_bf16.resize(size_t(kForwardBlock) * D);
     dropped_bf16.resize(size_t(kForwardBlock) * L);
     dropped.resize(L);
-    RowsToBf16(Qp + (size_t(b) * Q + r0) * row + size_t(h) * D, row, rows, D, q_bf16.data());
+    RowsToBf16(o.q + (size_t(b) * Q + r0) * row + size_t(h) * D, row, rows, D, q_bf16.data());
     Product<false>(AsPairs(q_bf16.data()), D / 2, rows, keys, D / 2, L / kCols, p, L, false);
-    const float* brows = Bp + b * bias_b + h * bias_h + size_t(r0) * L;
+    const float* brows = o.bias + b * o.bias_b + h * o.bias_h + size_t(r0) * L;
     for (int r = 0; r < rows; ++r) {
       float* pr = p + size_t(r) * L;
       Softmax(pr, brows + size_t(r) * L, L);
-      const uint8_t* mr = Mp + first + size_t(r) * L;
+      const uint8_t* mr = o.keep + first + size_t(r) * L;
       for (int j = 0; j < L; j += 8) {
         _mm256_storeu_ps(dropped.data() + j,
                          _mm256_mul_ps(_mm256_loadu_ps(pr + j), KeepScale(mr + j, vscale)));
       }
       ToBf16(dropped.data(), L, dropped_bf16.data() + size_t(r) * L);
     }
-    float* orows = Op + (size_t(b) * Q + r0) * row + size_t(h) * D;
+    float* orows = o.out + (size_t(b) * Q + r0) * row + size_t(h) * D;
     Product<false>(AsPairs(dropped_bf16.data()), L / 2, rows, values, L / 2, D / kCols, orows,
                    row, true);
   });
@@ -279,28 +269,18 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
                     ffi::Result<ffi::AnyBuffer> d_v, ffi::Result<ffi::AnyBuffer> d_logits,
                     float scale) {
   static const char* kName = "t2t_bf16_attention_train_bwd";
-  Shape s;
-  if (auto error = ReadShape(kName, kCols, q, k, v, s); error.failure()) return error;
-  if (auto error = CheckBackward(kName, s, probs, keep, d_out, *d_q, *d_k, *d_v, *d_logits);
+  BackwardOperands o;
+  if (auto error = ReadBackward(kName, kCols, q, k, v, probs, keep, d_out, *d_q, *d_k, *d_v,
+                                *d_logits, o);
       error.failure()) {
     return error;
   }
-  const int Q = s.Q, H = s.H, D = s.D, L = s.L;
-  const size_t row = s.row;
-  const auto* Qp = static_cast<const float*>(q.untyped_data());
-  const auto* Kp = static_cast<const float*>(k.untyped_data());
-  const auto* Vp = static_cast<const float*>(v.untyped_data());
-  const auto* Pp = static_cast<const float*>(probs.untyped_data());
-  const auto* Mp = static_cast<const uint8_t*>(keep.untyped_data());
-  const auto* Gp = static_cast<const float*>(d_out.untyped_data());
-  auto* DQ = static_cast<float*>(d_q->untyped_data());
-  auto* DK = static_cast<float*>(d_k->untyped_data());
-  auto* DV = static_cast<float*>(d_v->untyped_data());
-  auto* DS = static_cast<float*>(d_logits->untyped_data());
+  const int Q = o.s.Q, H = o.s.H, D = o.s.D, L = o.s.L;
+  const size_t row = o.s.row;
   const __m256 vscale = _mm256_set1_ps(scale);
   // One work item per (batch row, head), its query rows in blocks: P and keep are read once and
   // d_logits written once; d_v^T and d_k^T [D, L] are sums over the blocks, kept in float32.
-  ParallelFor(pool, s.B * H, [=](int pair) {
+  ParallelFor(pool, o.s.B * H, [=](int pair) {
     const int b = pair / H, h = pair % H;
     const size_t q_offset = size_t(b) * Q * row + size_t(h) * D;
     const size_t kv_offset = size_t(b) * L * row + size_t(h) * D;
@@ -316,33 +296,33 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
     uint32_t* const k_strips = v_strips + size_t(L) * D / 2;  // k: [D / 32][L / 2][32]
     uint32_t* const g_t = k_strips + size_t(L) * D / 2;       // the block's d_out^T [D][pairs]
     uint32_t* const q_t = g_t + size_t(D) * max_pairs;        // and its q^T
-    uint32_t* const w_strips = q_t + size_t(D) * max_pairs;   // P * keep * scale: [L / 32][pairs][32]
+    uint32_t* const w_strips = q_t + size_t(D) * max_pairs;   // P * keep * scale [L/32][pairs][32]
     uint32_t* const s_strips = w_strips + size_t(L) * max_pairs;   // d_logits, the same way
     float* const dv_t = floats.data();                        // d_v^T [D, L]
     float* const dk_t = dv_t + size_t(D) * L;                 // d_k^T [D, L]
-    float* const dp = dk_t + size_t(D) * L;                   // a block's dW, then d_logits [rows, L]
+    float* const dp = dk_t + size_t(D) * L;                   // a block's dW, then d_logits
     float* const dropped = dp + block_floats;                 // P * keep * scale [rows, L]
     uint16_t* const g_bf16 = halves.data();                   // the block's d_out [rows][D]
     uint16_t* const s_bf16 = g_bf16 + size_t(kBackwardBlock) * D;   // its d_logits [rows][L]
-    PackPairsAlongRows(Vp + kv_offset, row, L, D, v_strips);
-    PackPairsAcrossRows(Kp + kv_offset, row, L, D, k_strips);
+    PackPairsAlongRows(o.v + kv_offset, row, L, D, v_strips);
+    PackPairsAcrossRows(o.k + kv_offset, row, L, D, k_strips);
     for (int r0 = 0; r0 < Q; r0 += kBackwardBlock) {
       const int rows = std::min(kBackwardBlock, Q - r0), pairs = (rows + 1) / 2;
       const size_t first = (size_t(pair) * Q + r0) * L;
-      const float* g = Gp + q_offset + size_t(r0) * row;
-      const float* qrows = Qp + q_offset + size_t(r0) * row;
+      const float* g = o.d_out + q_offset + size_t(r0) * row;
+      const float* qrows = o.q + q_offset + size_t(r0) * row;
       RowsToBf16(g, row, rows, D, g_bf16);
       Product<false>(AsPairs(g_bf16), D / 2, rows, v_strips, D / 2, L / kCols, dp, L,
                      false);   // dW = d_out v^T
       for (int r = 0; r < rows; ++r) {
         const size_t at = first + size_t(r) * L;
-        SoftmaxDropoutBackwardRow(Pp + at, Mp + at, vscale, L, dp + size_t(r) * L,
-                                  dropped + size_t(r) * L, DS + at);
+        SoftmaxDropoutBackwardRow(o.probs + at, o.keep + at, vscale, L, dp + size_t(r) * L,
+                                  dropped + size_t(r) * L, o.d_logits + at);
         ToBf16(dp + size_t(r) * L, L, s_bf16 + size_t(r) * L);
       }
       // d_q = d_logits k, this block's rows of it.
       Product<false>(AsPairs(s_bf16), L / 2, rows, k_strips, L / 2, D / kCols,
-                     DQ + q_offset + size_t(r0) * row, row, true);
+                     o.d_q + q_offset + size_t(r0) * row, row, true);
       // d_v^T += d_out^T (P * keep * scale) and d_k^T += q^T d_logits over this block's rows.
       TransposePairs(g, row, rows, D, g_t);
       TransposePairs(qrows, row, rows, D, q_t);
@@ -363,8 +343,8 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
         const float* dv_row = dv_t + size_t(d) * L + l0;
         const float* dk_row = dk_t + size_t(d) * L + l0;
         for (int l = 0; l < 16; ++l) {
-          DV[kv_offset + size_t(l0 + l) * row + d] = dv_row[l];
-          DK[kv_offset + size_t(l0 + l) * row + d] = dk_row[l];
+          o.d_v[kv_offset + size_t(l0 + l) * row + d] = dv_row[l];
+          o.d_k[kv_offset + size_t(l0 + l) * row + d] = dk_row[l];
         }
       }
     }

@@ -87,6 +87,67 @@ inline ffi::Error CheckBackward(const char* name, const Shape& s, const ffi::Any
   return ffi::Error::Success();
 }
 
+// A forward call's buffers, checked: the shapes, typed pointers, and the bias's strides for a
+// batch row and a head (0 where it broadcasts).
+struct ForwardOperands {
+  Shape s;
+  const float *q = nullptr, *k = nullptr, *v = nullptr, *bias = nullptr;
+  const uint8_t* keep = nullptr;
+  float *out = nullptr, *probs = nullptr;
+  size_t bias_b = 0, bias_h = 0;
+};
+
+inline ffi::Error ReadForward(const char* name, int multiple, const ffi::AnyBuffer& q,
+                              const ffi::AnyBuffer& k, const ffi::AnyBuffer& v,
+                              const ffi::AnyBuffer& bias, const ffi::AnyBuffer& keep,
+                              ffi::AnyBuffer& out, ffi::AnyBuffer& probs, ForwardOperands& o) {
+  if (auto error = ReadShape(name, multiple, q, k, v, o.s); error.failure()) return error;
+  if (auto error = CheckForward(name, o.s, bias, keep, out, probs); error.failure()) return error;
+  const auto bd = bias.dimensions();
+  o.q = static_cast<const float*>(q.untyped_data());
+  o.k = static_cast<const float*>(k.untyped_data());
+  o.v = static_cast<const float*>(v.untyped_data());
+  o.bias = static_cast<const float*>(bias.untyped_data());
+  o.keep = static_cast<const uint8_t*>(keep.untyped_data());
+  o.out = static_cast<float*>(out.untyped_data());
+  o.probs = static_cast<float*>(probs.untyped_data());
+  o.bias_b = bd[0] == 1 ? 0 : size_t(bd[1]) * o.s.Q * o.s.L;
+  o.bias_h = bd[1] == 1 ? 0 : size_t(o.s.Q) * o.s.L;
+  return ffi::Error::Success();
+}
+
+// A backward call's buffers, checked.
+struct BackwardOperands {
+  Shape s;
+  const float *q = nullptr, *k = nullptr, *v = nullptr, *probs = nullptr, *d_out = nullptr;
+  const uint8_t* keep = nullptr;
+  float *d_q = nullptr, *d_k = nullptr, *d_v = nullptr, *d_logits = nullptr;
+};
+
+inline ffi::Error ReadBackward(const char* name, int multiple, const ffi::AnyBuffer& q,
+                               const ffi::AnyBuffer& k, const ffi::AnyBuffer& v,
+                               const ffi::AnyBuffer& probs, const ffi::AnyBuffer& keep,
+                               const ffi::AnyBuffer& d_out, ffi::AnyBuffer& d_q,
+                               ffi::AnyBuffer& d_k, ffi::AnyBuffer& d_v,
+                               ffi::AnyBuffer& d_logits, BackwardOperands& o) {
+  if (auto error = ReadShape(name, multiple, q, k, v, o.s); error.failure()) return error;
+  if (auto error = CheckBackward(name, o.s, probs, keep, d_out, d_q, d_k, d_v, d_logits);
+      error.failure()) {
+    return error;
+  }
+  o.q = static_cast<const float*>(q.untyped_data());
+  o.k = static_cast<const float*>(k.untyped_data());
+  o.v = static_cast<const float*>(v.untyped_data());
+  o.probs = static_cast<const float*>(probs.untyped_data());
+  o.keep = static_cast<const uint8_t*>(keep.untyped_data());
+  o.d_out = static_cast<const float*>(d_out.untyped_data());
+  o.d_q = static_cast<float*>(d_q.untyped_data());
+  o.d_k = static_cast<float*>(d_k.untyped_data());
+  o.d_v = static_cast<float*>(d_v.untyped_data());
+  o.d_logits = static_cast<float*>(d_logits.untyped_data());
+  return ffi::Error::Success();
+}
+
 // 8 keep flags (bytes of 0 or 1) -> 8 floats, each `scale` or 0.
 inline __m256 KeepScale(const uint8_t* keep, __m256 scale) {
   const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep));

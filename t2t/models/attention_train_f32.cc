@@ -42,23 +42,13 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
                    ffi::AnyBuffer bias, ffi::AnyBuffer keep, ffi::Result<ffi::AnyBuffer> out,
                    ffi::Result<ffi::AnyBuffer> probs, float scale) {
   static const char* kName = "t2t_f32_attention_train_fwd";
-  Shape s;
-  if (auto error = ReadShape(kName, kTileCols, q, k, v, s); error.failure()) return error;
-  if (auto error = CheckForward(kName, s, bias, keep, *out, *probs); error.failure()) {
+  ForwardOperands o;
+  if (auto error = ReadForward(kName, kTileCols, q, k, v, bias, keep, *out, *probs, o);
+      error.failure()) {
     return error;
   }
-  const auto bd = bias.dimensions();
-  const int B = s.B, Q = s.Q, H = s.H, D = s.D, L = s.L;
-  const size_t row = s.row;
-  const auto* Qp = static_cast<const float*>(q.untyped_data());
-  const auto* Kp = static_cast<const float*>(k.untyped_data());
-  const auto* Vp = static_cast<const float*>(v.untyped_data());
-  const auto* Bp = static_cast<const float*>(bias.untyped_data());
-  const auto* Mp = static_cast<const uint8_t*>(keep.untyped_data());
-  auto* Op = static_cast<float*>(out->untyped_data());
-  auto* Pp = static_cast<float*>(probs->untyped_data());
-  const size_t bias_b = bd[0] == 1 ? 0 : size_t(bd[1]) * Q * L;
-  const size_t bias_h = bd[1] == 1 ? 0 : size_t(Q) * L;
+  const int B = o.s.B, Q = o.s.Q, H = o.s.H, D = o.s.D, L = o.s.L;
+  const size_t row = o.s.row;
   // k as [L / 16][D][16] and v as [D / 16][L][16] for every (batch row, head), packed once.
   thread_local std::vector<float> packed;
   const size_t pair_floats = size_t(2) * L * D;
@@ -67,8 +57,8 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
   ParallelFor(pool, B * H, [=](int pair) {
     const size_t offset = size_t(pair / H) * L * row + size_t(pair % H) * D;
     float* keys = packed_data + size_t(pair) * pair_floats;
-    PackTransposedStrips(Kp + offset, row, L, D, keys);
-    PackStrips(Vp + offset, row, L, D, keys + size_t(L) * D);
+    PackTransposedStrips(o.k + offset, row, L, D, keys);
+    PackStrips(o.v + offset, row, L, D, keys + size_t(L) * D);
   });
   const int blocks = (Q + kForwardBlock - 1) / kForwardBlock;
   const __m256 vscale = _mm256_set1_ps(scale);
@@ -78,22 +68,22 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
     const float* keys = packed_data + size_t(pair) * pair_floats;
     const float* values = keys + size_t(L) * D;
     const size_t first = (size_t(pair) * Q + r0) * L;   // P's and keep's [rows, L] block
-    float* p = Pp + first;
-    const float* qrows = Qp + (size_t(b) * Q + r0) * row + size_t(h) * D;
+    float* p = o.probs + first;
+    const float* qrows = o.q + (size_t(b) * Q + r0) * row + size_t(h) * D;
     TiledProduct(qrows, row, rows, keys, D, L / kTileCols, p, L, false);
-    const float* brows = Bp + b * bias_b + h * bias_h + size_t(r0) * L;
+    const float* brows = o.bias + b * o.bias_b + h * o.bias_h + size_t(r0) * L;
     thread_local std::vector<float> dropped;
     dropped.resize(size_t(kForwardBlock) * L);
     for (int r = 0; r < rows; ++r) {
       float* pr = p + size_t(r) * L;
       Softmax(pr, brows + size_t(r) * L, L);
-      const uint8_t* mr = Mp + first + size_t(r) * L;
+      const uint8_t* mr = o.keep + first + size_t(r) * L;
       float* dr = dropped.data() + size_t(r) * L;
       for (int j = 0; j < L; j += 8) {
         _mm256_storeu_ps(dr + j, _mm256_mul_ps(_mm256_loadu_ps(pr + j), KeepScale(mr + j, vscale)));
       }
     }
-    float* orows = Op + (size_t(b) * Q + r0) * row + size_t(h) * D;
+    float* orows = o.out + (size_t(b) * Q + r0) * row + size_t(h) * D;
     TiledProduct(dropped.data(), L, rows, values, L, D / kTileCols, orows, row, true);
   });
   return ffi::Error::Success();
@@ -105,31 +95,21 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
                     ffi::Result<ffi::AnyBuffer> d_v, ffi::Result<ffi::AnyBuffer> d_logits,
                     float scale) {
   static const char* kName = "t2t_f32_attention_train_bwd";
-  Shape s;
-  if (auto error = ReadShape(kName, kTileCols, q, k, v, s); error.failure()) return error;
-  if (auto error = CheckBackward(kName, s, probs, keep, d_out, *d_q, *d_k, *d_v, *d_logits);
+  BackwardOperands o;
+  if (auto error = ReadBackward(kName, kTileCols, q, k, v, probs, keep, d_out, *d_q, *d_k, *d_v,
+                                *d_logits, o);
       error.failure()) {
     return error;
   }
-  const int Q = s.Q, H = s.H, D = s.D, L = s.L;
-  const size_t row = s.row;
-  const auto* Qp = static_cast<const float*>(q.untyped_data());
-  const auto* Kp = static_cast<const float*>(k.untyped_data());
-  const auto* Vp = static_cast<const float*>(v.untyped_data());
-  const auto* Pp = static_cast<const float*>(probs.untyped_data());
-  const auto* Mp = static_cast<const uint8_t*>(keep.untyped_data());
-  const auto* Gp = static_cast<const float*>(d_out.untyped_data());
-  auto* DQ = static_cast<float*>(d_q->untyped_data());
-  auto* DK = static_cast<float*>(d_k->untyped_data());
-  auto* DV = static_cast<float*>(d_v->untyped_data());
-  auto* DS = static_cast<float*>(d_logits->untyped_data());
+  const int Q = o.s.Q, H = o.s.H, D = o.s.D, L = o.s.L;
+  const size_t row = o.s.row;
   const __m256 vscale = _mm256_set1_ps(scale);
   const int strips = L / kTileCols;
   // One work item per (batch row, head), its query rows in blocks whose [rows, L] pieces stay in
   // L2: P and keep are read once and d_logits written once. d_v and d_k [L, D] are sums over the
   // blocks, each block's part a product whose left operand is read transposed in place
   // (attention_tiles_f32.h's kTransposedA), so they accumulate in their own [B, L, H, D] rows.
-  ParallelFor(pool, s.B * H, [=](int pair) {
+  ParallelFor(pool, o.s.B * H, [=](int pair) {
     const int b = pair / H, h = pair % H;
     const size_t q_offset = size_t(b) * Q * row + size_t(h) * D;
     const size_t kv_offset = size_t(b) * L * row + size_t(h) * D;
@@ -142,27 +122,27 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
     float* const dropped = dp + block_floats;              // P * keep * scale, [rows, L]
     float* const g_strips = dropped + block_floats;        // the block's d_out, [D / 16][rows][16]
     float* const q_strips = g_strips + size_t(D) * kBackwardBlock;   // and its q, the same way
-    PackTransposedStrips(Vp + kv_offset, row, L, D, v_strips);
-    PackStrips(Kp + kv_offset, row, L, D, k_strips);
+    PackTransposedStrips(o.v + kv_offset, row, L, D, v_strips);
+    PackStrips(o.k + kv_offset, row, L, D, k_strips);
     for (int r0 = 0; r0 < Q; r0 += kBackwardBlock) {
       const int rows = std::min(kBackwardBlock, Q - r0);
       const size_t first = (size_t(pair) * Q + r0) * L;
-      const float* g = Gp + q_offset + size_t(r0) * row;
-      const float* qrows = Qp + q_offset + size_t(r0) * row;
+      const float* g = o.d_out + q_offset + size_t(r0) * row;
+      const float* qrows = o.q + q_offset + size_t(r0) * row;
       TiledProduct(g, row, rows, v_strips, D, strips, dp, L, false);   // dW = d_out v^T
       for (int r = 0; r < rows; ++r) {
         const size_t at = first + size_t(r) * L;
-        SoftmaxDropoutBackwardRow(Pp + at, Mp + at, vscale, L, dp + size_t(r) * L,
-                                  dropped + size_t(r) * L, DS + at);
+        SoftmaxDropoutBackwardRow(o.probs + at, o.keep + at, vscale, L, dp + size_t(r) * L,
+                                  dropped + size_t(r) * L, o.d_logits + at);
       }
       // d_q = d_logits k, this block's rows of it.
-      TiledProduct(dp, L, rows, k_strips, L, D / kTileCols, DQ + q_offset + size_t(r0) * row, row,
-                   true);
+      TiledProduct(dp, L, rows, k_strips, L, D / kTileCols,
+                   o.d_q + q_offset + size_t(r0) * row, row, true);
       // d_v += (P * keep * scale)^T d_out and d_k += d_logits^T q over this block's rows.
       PackStrips(g, row, rows, D, g_strips);
       PackStrips(qrows, row, rows, D, q_strips);
-      float* const dv = DV + kv_offset;
-      float* const dk = DK + kv_offset;
+      float* const dv = o.d_v + kv_offset;
+      float* const dk = o.d_k + kv_offset;
       if (r0 == 0) {
         TiledProduct<true, false>(dropped, L, L, g_strips, rows, D / kTileCols, dv, row, true);
         TiledProduct<true, false>(dp, L, L, q_strips, rows, D / kTileCols, dk, row, true);

@@ -73,6 +73,7 @@ def test_kernel_builds_and_reports_enabled():
 @pytest.mark.parametrize('b, q, length, h, d, bias_shape', [
     (2, 40, 64, 3, 32, (1, 3)),      # relative position bias: one per head, shared by the batch
     (2, 64, 48, 2, 16, (2, 1)),      # padding mask: one per batch row, shared by the heads
+    (2, 24, 32, 3, 16, (1, 1)),      # one bias for every row and head, summed over both
     (3, 7, 32, 2, 16, (3, 2)),       # a full bias; fewer queries than one register tile
     (1, 114, 96, 2, 16, None),       # no bias; query rows not a multiple of the 6-row tile
 ])

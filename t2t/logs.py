@@ -48,7 +48,9 @@ NOISE: tuple[re.Pattern, ...] = tuple(re.compile(p) for p in (
 
 # Library lines that do matter, restated once in t2t's words.
 RESTATED: tuple[tuple[re.Pattern, str], ...] = (
-    (re.compile(r"TensorBoard|tensorboard.*not (found|installed)", re.I),
+    # A library saying TensorBoard is missing; not any line that names it (t2t's own may).
+    (re.compile(r"tensorboard\b.*\bnot (found|installed)|"
+                r"(no module named|cannot import|unable to import)\W+[\w.]*tensorboard", re.I),
      "note: TensorBoard is not installed; t2t still writes metrics.jsonl in MODEL_DIR."),
 )
 

@@ -59,6 +59,9 @@ def test_restated_once():
   assert logs.restate("W0101 tensorboard not installed", said).startswith("note: TensorBoard")
   assert logs.restate("W0101 tensorboard not installed", said) == ""
   assert logs.restate("anything else", said) is None
+  assert logs.restate("E0101 ModuleNotFoundError: No module named 'tensorboard'", set())
+  # t2t's own lines may name TensorBoard (the profile's viewer): they pass unchanged.
+  assert logs.restate("Profile: ... View: tensorboard --logdir /m/profile (Profile tab)", said) is None
 
 
 def test_train_is_quiet_and_verbose_on_request(two_runs):

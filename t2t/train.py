@@ -58,7 +58,7 @@ from t2t.data import registry
 from t2t.data import cache as cache_lib
 from t2t.training import adaptation, checkpoints, distributed, input_state, inputs, optim, paths
 from t2t.training import warm_start
-from t2t.training import preemption, reporting
+from t2t.training import preemption, profiling, reporting
 from t2t.training import trainer as trainer_lib
 from t2t.training import validation as validation_lib
 from t2t.training.partitioning import Partitioner
@@ -86,6 +86,7 @@ def train(*,
           log_every: int = 10,
           use_cached_tasks: bool = False,
           cache_dirs: Sequence[str] = (),
+          profile: profiling.Profile | None = None,
           hooks: Sequence[trainer_lib.Hook] = ()) -> trainer_lib.TrainState:
   """Trains `model` on a seqio task or mixture until step `train_steps`; returns the state.
 
@@ -96,7 +97,8 @@ def train(*,
   `input_state/checkpoint_<step>/`. With `async_checkpoints` a save returns once the arrays
   are on the host and the disk is written in the background (finished before the next save,
   a preemption exit, and before this returns). `use_cached_tasks` reads the tasks from seqio's cache,
-  looked up in `cache_dirs` (and seqio's global cache dirs).
+  looked up in `cache_dirs` (and seqio's global cache dirs). With `profile`: a `jax.profiler`
+  trace of the steps it names under `profile/` (t2t/training/profiling.py).
   """
   inputs.limit_tf_threads()
   model_dir = paths.to_str(model_dir)  # local paths absolute; URLs (gs://...) as given
@@ -213,8 +215,11 @@ def train(*,
                                 task_feature_lengths=task_feature_lengths, model_dir=model_dir,
                                 partitioner=partitioner, start_step=start, last_step=train_steps)]
   preempted = preemption.Preemption(sync_every=log_every)
+  profiler = profile.hook(model_dir, start, train_steps) if profile is not None else None
   all_hooks = [report, *validate, trainer_lib.every(checkpoint_every, save, last=train_steps),
                *hooks, preempted.hook]
+  if profiler is not None:   # outermost, so that the trace holds the steps and no other hook
+    all_hooks = [profiler.stop_hook, *all_hooks, profiler.start_hook]
   stopped = _stopped_at(model_dir, start)
   finished = False
   try:
@@ -223,6 +228,8 @@ def train(*,
       reporting.announce(f"The run in {model_dir} stopped early at step {start} ({stopped}); "
                          "nothing to train.")
     elif start < train_steps:
+      if profiler is not None:   # a trace from the first step of this run on starts here
+        profiler.start_hook(start, state, None, None)
       state = trainer_lib.run_loop(tr, state, batches, train_steps, all_hooks, log_every,
                                    on_stop=stop)
     else:
@@ -230,6 +237,8 @@ def train(*,
           f"MODEL_DIR already holds step {start} >= TRAIN_STEPS={train_steps}; nothing to train.")
     finished = True
   finally:
+    if profiler is not None:
+      profiler.close()
     preempted.uninstall()
     progress.close()
     writer.close()

@@ -1,0 +1,139 @@
+"""A `jax.profiler` trace of chosen steps of a `t2t.train` run (gin: `train.profile = @Profile()`).
+
+`benchmarks/profile_t5_small.py` profiles the benchmark's T5-small; this profiles the user's own
+run, whatever its model, mixture and mesh: steps `first_step` .. `first_step + num_steps - 1`
+(step s is the update that takes the state's step from s - 1 to s) are traced into
+`MODEL_DIR/profile/` (`MODEL_DIR/profile/process_<i>/` on each process of a multi-process run,
+since every host traces its own devices), as TensorBoard's profile plugin reads it
+(`plugins/profile/<time>/<host>.xplane.pb`) and as a Perfetto trace (`perfetto_trace.json.gz`,
+for ui.perfetto.dev). The trace starts after step `first_step - 1` has finished and stops once
+the last traced step has, so it holds those steps' work (with step 1, the compilation too) and
+the hooks run between them (a checkpoint save), none from the steps either side; both ends wait for the device, which a run without a profile does not, so the traced
+steps' wall time (announced, and written to `profile/summary.json` by process 0) includes the
+profiler's own cost. Choose steps after the first few: the first compiles, and on a CPU the
+next ones still grow the heap (benchmarks/README.md, "Host memory").
+
+Recipe: gin/recipes/profile.gin.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import gin
+import jax
+
+from t2t.training import distributed, paths, reporting
+
+PROFILE_DIR = "profile"
+SUMMARY_FILE = "summary.json"
+
+
+@gin.configurable
+@dataclasses.dataclass
+class Profile:
+  """Which steps to trace: `first_step` (>= 1) and the `num_steps` (>= 1) after it."""
+  first_step: int = 10
+  num_steps: int = 3
+
+  def __post_init__(self):
+    for name in ("first_step", "num_steps"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Profile.{name} must be an integer >= 1, got {value!r} (gin: "
+                         f"Profile.{name}).")
+
+  @property
+  def last_step(self) -> int:
+    return self.first_step + self.num_steps - 1
+
+  def hook(self, model_dir: str, start_step: int, last_step: int) -> "ProfileHook":
+    """The training hook for a run that resumes at `start_step` and ends at `last_step`."""
+    return ProfileHook(self, model_dir, start_step, last_step)
+
+
+def trace_dir(model_dir: str, process_index: int, process_count: int) -> str:
+  """Where a process writes its trace: MODEL_DIR/profile, or .../process_<i> with several."""
+  base = os.path.join(paths.to_str(model_dir), PROFILE_DIR)
+  return base if process_count == 1 else os.path.join(base, f"process_{process_index}")
+
+
+class ProfileHook:
+  """Starts the trace after step `first_step - 1` (`start_hook`, the last of the loop's hooks)
+  and stops it after step `last_step` (`stop_hook`, the first), so that the hooks of the steps
+  either side stay out of it (those between traced steps, a checkpoint save, are in it); `close`
+  stops it when the run ends or fails in between. Every process traces."""
+
+  def __init__(self, config: Profile, model_dir: str, start_step: int, last_step: int):
+    self.config = config
+    self.model_dir = paths.to_str(model_dir)
+    self.dir = trace_dir(model_dir, jax.process_index(), jax.process_count())
+    self._started: float | None = None
+    self._done = False
+    if start_step >= config.first_step:
+      reporting.announce(f"Profile: the run resumes at step {start_step}, past "
+                         f"Profile.first_step = {config.first_step}; nothing is profiled.")
+      self._done = True
+    elif config.first_step > last_step:
+      reporting.announce(f"Profile: Profile.first_step = {config.first_step} is after the run's "
+                         f"last step ({last_step}); nothing is profiled.")
+      self._done = True
+
+  def start_hook(self, step: int, state: Any, metrics: Any, batch: Any) -> None:
+    """Last of a step's hooks: after step `first_step - 1` (and its checkpoint, validation,
+    ...), starts the trace. Also called before the loop with the start step, for a trace that
+    begins with the run's first step."""
+    del metrics, batch
+    if not self._done and self._started is None and step == self.config.first_step - 1:
+      self._start(state)
+
+  def stop_hook(self, step: int, state: Any, metrics: Any, batch: Any) -> None:
+    """First of a step's hooks: after step `last_step`, stops the trace (before that step's
+    other hooks, whose work is not the steps')."""
+    del metrics, batch
+    if not self._done and self._started is not None and step == self.config.last_step:
+      self._stop(state, step)
+
+  def close(self) -> None:
+    """Stops a trace still running (the run ended or failed before its last step)."""
+    if self._started is not None and not self._done:
+      self._stop(None, None)
+
+  def _start(self, state: Any) -> None:
+    if state is not None:
+      jax.block_until_ready(state)   # earlier steps' work stays out of the trace
+    paths.resolve(self.dir).mkdir(parents=True, exist_ok=True)
+    jax.profiler.start_trace(self.dir, create_perfetto_trace=True)
+    self._started = time.perf_counter()
+
+  def _stop(self, state: Any, step: int | None) -> None:
+    if state is not None:
+      jax.block_until_ready(state)   # the last traced step's work is in the trace
+    wall = time.perf_counter() - self._started
+    self._done = True
+    jax.profiler.stop_trace()
+    first = self.config.first_step
+    perfetto = sorted(paths.resolve(self.dir).glob("plugins/profile/*/perfetto_trace.json.gz"),
+                      key=lambda p: p.parent.name)   # the runs' directories are named by time
+    perfetto = os.fspath(perfetto[-1]) if perfetto else None
+    summary = dict(first_step=first, last_step=step, complete=step is not None,
+                   wall_s=wall, process_count=jax.process_count(), trace_dir=self.dir,
+                   perfetto_trace=perfetto)
+    if step is not None:
+      summary["wall_s_per_step"] = wall / self.config.num_steps
+    if distributed.is_writer():
+      base = paths.resolve(self.model_dir) / PROFILE_DIR
+      base.mkdir(parents=True, exist_ok=True)
+      (base / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
+    if step is None:
+      reporting.announce(f"Profile: the run ended before step {self.config.last_step}; the "
+                         f"trace from step {first} on is in {self.dir} ({wall:.2f} s).")
+      return
+    reporting.announce(
+        f"Profile: steps {first}-{step} traced in {self.dir} ({wall / self.config.num_steps:.3f} s "
+        f"a step under the profiler). View: tensorboard --logdir {self.dir} (Profile tab, needs "
+        f"tensorboard-plugin-profile), or open {perfetto or 'its perfetto_trace.json.gz'} in "
+        "ui.perfetto.dev.")

@@ -11,10 +11,8 @@ import optax
 import pytest
 
 from t2t import train as train_lib
-from t2t.data import vocabularies
-from t2t.models.api import EncoderDecoderModel
-from t2t.models.transformer import T5Config, Transformer
 from t2t.training import profiling
+from tests.support.tiny_model import tiny_t5
 
 
 def _events(trace_dir, name):
@@ -93,12 +91,7 @@ def test_steps_outside_the_run_are_announced_not_traced(tmp_path, capsys, start,
 
 def test_train_traces_its_steps_two_and_three(tmp_path, capsys):
   importlib.import_module("tasks.bbc")   # registers the BBC tasks
-  vocab = vocabularies.bbc_vocabulary()
-  config = T5Config(vocab_size=8192, d_model=32, num_heads=2, d_kv=16, d_ff=64,
-                    num_encoder_layers=1, num_decoder_layers=1, dropout_rate=0.0)
-  model = EncoderDecoderModel(module=Transformer(config), input_vocabulary=vocab,
-                              output_vocabulary=vocab)
-  train_lib.train(model=model, mixture_or_task_name="bbc_span_corruption",
+  train_lib.train(model=tiny_t5(), mixture_or_task_name="bbc_span_corruption",
                   task_feature_lengths={"inputs": 32, "targets": 8}, train_steps=4,
                   model_dir=str(tmp_path), batch_size=2, optimizer=optax.adam(1e-3),
                   checkpoint_every=2, log_every=1,

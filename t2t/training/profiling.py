@@ -10,7 +10,11 @@ for ui.perfetto.dev). The trace starts after step `first_step - 1` has finished 
 the last traced step has, so it holds those steps' work (with step 1, the compilation too) and
 the hooks run between them (a checkpoint save), none from the steps either side; both ends wait for the device, which a run without a profile does not, so the traced
 steps' wall time (announced, and written to `profile/summary.json` by process 0) includes the
-profiler's own cost. Choose steps after the first few: the first compiles, and on a CPU the
+profiler's own cost. On a CPU backend that time is split into the seconds some XLA thread was
+running a program (`xla_busy_s_per_step`) and the rest (`outside_xla_s_per_step`: nothing
+compiled running, so Python, the input pipeline, dispatch or hooks held the step up; dispatch is
+asynchronous, so host work that overlaps a running program is not in it). A large rest says the
+run waits on its host, not on its model. Choose steps after the first few: the first compiles, and on a CPU the
 next ones still grow the heap (benchmarks/README.md, "Host memory").
 
 Recipe: gin/recipes/profile.gin.
@@ -124,6 +128,10 @@ class ProfileHook:
                    perfetto_trace=perfetto)
     if step is not None:
       summary["wall_s_per_step"] = wall / self.config.num_steps
+      busy = xla_busy_s(self.dir) if jax.default_backend() == "cpu" else None
+      if busy is not None:
+        summary["xla_busy_s_per_step"] = busy / self.config.num_steps
+        summary["outside_xla_s_per_step"] = max(0.0, wall - busy) / self.config.num_steps
     if distributed.is_writer():
       base = paths.resolve(self.model_dir) / PROFILE_DIR
       base.mkdir(parents=True, exist_ok=True)
@@ -132,8 +140,40 @@ class ProfileHook:
       reporting.announce(f"Profile: the run ended before step {self.config.last_step}; the "
                          f"trace from step {first} on is in {self.dir} ({wall:.2f} s).")
       return
+    split = ""
+    if "xla_busy_s_per_step" in summary:
+      split = (f"; XLA ran {summary['xla_busy_s_per_step']:.3f} s of it, "
+               f"{summary['outside_xla_s_per_step']:.3f} s outside XLA: Python, input, hooks")
     reporting.announce(
         f"Profile: steps {first}-{step} traced in {self.dir} ({wall / self.config.num_steps:.3f} s "
-        f"a step under the profiler). View: tensorboard --logdir {self.dir} (Profile tab, needs "
+        f"a step under the profiler{split}). View: tensorboard --logdir {self.dir} (Profile tab, needs "
         f"tensorboard-plugin-profile), or open {perfetto or 'its perfetto_trace.json.gz'} in "
         "ui.perfetto.dev.")
+
+
+def xla_busy_s(trace_dir: str) -> float | None:
+  """Seconds in which some XLA:CPU thread was running a program, in the newest trace under
+  `trace_dir` (this host's `.xplane.pb`): the union over XLA's threads (`tf_XLA...` lines of the
+  `/host:CPU` plane) of their events with a duration. The rest of the traced wall time nothing
+  compiled was running: Python, the input pipeline, dispatch, hooks. None without a trace."""
+  runs = sorted(paths.resolve(trace_dir).glob("plugins/profile/*/*.xplane.pb"),
+                key=lambda p: p.parent.name)
+  if not runs:
+    return None
+  newest = [p for p in runs if p.parent.name == runs[-1].parent.name]
+  spans = []
+  for path in newest:
+    data = jax.profiler.ProfileData.from_serialized_xspace(path.read_bytes())
+    for plane in data.planes:
+      if plane.name != "/host:CPU":
+        continue
+      for line in plane.lines:
+        if line.name.startswith("tf_XLA"):
+          spans.extend((e.start_ns, e.end_ns) for e in line.events if e.duration_ns > 0)
+  total, end = 0.0, float("-inf")
+  for start, stop in sorted(spans):
+    if stop > end:
+      total += stop - max(start, end)
+      end = stop
+  return total / 1e9
+

@@ -4,6 +4,7 @@ import gzip
 import importlib
 import json
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +61,47 @@ def test_the_hooks_trace_the_named_steps_and_nothing_else(tmp_path, capsys):
   assert summary["perfetto_trace"].startswith(str(trace / "plugins" / "profile"))
   assert os.path.exists(summary["perfetto_trace"])
   assert "Profile: steps 3-4 traced in" in capsys.readouterr().err
+
+
+def test_the_summary_splits_each_step_into_xla_and_the_rest(tmp_path, capsys):
+  """A step of a few tens of ms of XLA work and 150 ms of host time (a sleep, as a slow input
+  pipeline would take)."""
+  @jax.jit
+  def one_step(x):
+    for _ in range(20):
+      x = jnp.tanh(x @ x)
+    return x
+
+  state = jax.random.normal(jax.random.PRNGKey(0), (384, 384)) / 20
+  one_step(state).block_until_ready()
+  hook = profiling.Profile(first_step=2, num_steps=3).hook(str(tmp_path), 0, 5)
+  for step in range(1, 6):
+    time.sleep(0.15)
+    state = one_step(state)
+    hook.stop_hook(step, state, None, None)
+    hook.start_hook(step, state, None, None)
+  summary = json.loads((tmp_path / profiling.PROFILE_DIR / profiling.SUMMARY_FILE).read_text())
+  xla, outside = summary["xla_busy_s_per_step"], summary["outside_xla_s_per_step"]
+  # XLA runs a step while the host sleeps before the next (dispatch is asynchronous), so the
+  # time with no program running is the sleep less that overlap.
+  assert 0.002 < xla < 0.5 and 0.15 - xla <= outside < 1.0, summary
+  assert xla + outside == pytest.approx(summary["wall_s_per_step"])
+  assert "outside XLA: Python, input, hooks" in capsys.readouterr().err
+
+
+def test_xla_busy_time_is_the_union_of_the_threads_spans(tmp_path):
+  assert profiling.xla_busy_s(str(tmp_path)) is None   # no trace
+  @jax.jit
+  def f(x):
+    return jnp.tanh(x @ x)
+  x = jnp.ones((256, 256))
+  f(x).block_until_ready()
+  with jax.profiler.trace(str(tmp_path)):
+    t0 = time.perf_counter()
+    for _ in range(5):
+      f(x).block_until_ready()
+    wall = time.perf_counter() - t0
+  assert 0 < profiling.xla_busy_s(str(tmp_path)) < wall
 
 
 def test_a_run_that_ends_inside_the_trace_closes_it(tmp_path, capsys):

@@ -6,8 +6,10 @@ Process p runs `python -m t2t.train --coordinator_address=127.0.0.1:PORT --num_p
 two processes and on one. Checked: the loss of every step equals the one-process run's (the
 global batch does not depend on the host count), metrics.jsonl / config.gin / TensorBoard are
 written once, the two-process checkpoint restores in a single process and holds the same
-parameters, and the two-process eval gives the one-process eval's metrics and predictions.
+parameters, the two-process eval gives the one-process eval's metrics and predictions, and each
+process of the two traces its own profile of step 2 (gin/recipes/profile.gin).
 """
+import glob
 import json
 import os
 import socket
@@ -27,7 +29,10 @@ MODEL = ["--gin.T5Config.d_model=32", "--gin.T5Config.d_ff=64", "--gin.T5Config.
 # 16 rows: divisible by the 8 data-parallel devices times the 2 hosts (Partitioner's check).
 TRAIN = ["--gin_file=experiments/bbc_demo/finetune.gin", "--gin.INITIAL_CHECKPOINT_PATH=None",
          "--gin.TRAIN_STEPS=3", "--gin.CHECKPOINT_EVERY=3", "--gin.BATCH_SIZE=16",
-         "--gin.train.log_every=1", *MODEL]
+         "--gin.train.log_every=1", *MODEL,
+         # Both runs profile step 2; each process of the two-process run traces its own devices.
+         "--gin_file=recipes/profile.gin", "--gin.PROFILE_FIRST_STEP=2",
+         "--gin.PROFILE_NUM_STEPS=1"]
 EVAL = ["--gin_file=experiments/bbc_demo/eval.gin", "--gin.EVAL_NUM_EXAMPLES=24",
         "--gin.EVAL_BATCH_SIZE=16", *MODEL]
 
@@ -119,6 +124,22 @@ def test_shared_files_are_written_once(runs):
   assert len(events) == 1, events  # one TensorBoard writer
   process_0, process_1 = out["train_2"]
   assert "step 3/3" in process_0 and "step 3/3" not in process_1  # progress on process 0 only
+
+
+def test_each_process_traces_its_own_profile_and_process_0_summarises(runs):
+  _, dirs, out = runs
+  profile = os.path.join(dirs[2], "profile")
+  for p in (0, 1):
+    traces = glob.glob(os.path.join(profile, f"process_{p}", "plugins", "profile", "*",
+                                    "*.xplane.pb"))
+    assert len(traces) == 1, (p, traces)
+  summary = json.load(open(os.path.join(profile, "summary.json")))
+  assert (summary["first_step"], summary["last_step"], summary["process_count"]) == (2, 2, 2)
+  assert summary["trace_dir"] == os.path.join(profile, "process_0")
+  process_0, process_1 = out["train_2"]
+  assert "Profile: steps 2-2 traced in" in process_0 and "Profile:" not in process_1
+  one = json.load(open(os.path.join(dirs[1], "profile", "summary.json")))   # no process_<i>
+  assert one["trace_dir"] == os.path.join(dirs[1], "profile") and one["process_count"] == 1
 
 
 def test_the_two_process_checkpoint_restores_in_one_process(runs):

@@ -218,7 +218,7 @@ def train(*,
   profiler = profile.hook(model_dir, start, train_steps) if profile is not None else None
   all_hooks = [report, *validate, trainer_lib.every(checkpoint_every, save, last=train_steps),
                *hooks, preempted.hook]
-  if profiler is not None:   # outermost, so that the trace holds the steps and no other hook
+  if profiler is not None:   # outermost: no hook of the steps either side is traced
     all_hooks = [profiler.stop_hook, *all_hooks, profiler.start_hook]
   stopped = _stopped_at(model_dir, start)
   finished = False

@@ -1,21 +1,24 @@
 """A `jax.profiler` trace of chosen steps of a `t2t.train` run (gin: `train.profile = @Profile()`).
 
 `benchmarks/profile_t5_small.py` profiles the benchmark's T5-small; this profiles the user's own
-run, whatever its model, mixture and mesh: steps `first_step` .. `first_step + num_steps - 1`
+run, whatever its model, mixture and mesh. Steps `first_step` .. `first_step + num_steps - 1`
 (step s is the update that takes the state's step from s - 1 to s) are traced into
 `MODEL_DIR/profile/` (`MODEL_DIR/profile/process_<i>/` on each process of a multi-process run,
 since every host traces its own devices), as TensorBoard's profile plugin reads it
 (`plugins/profile/<time>/<host>.xplane.pb`) and as a Perfetto trace (`perfetto_trace.json.gz`,
-for ui.perfetto.dev). The trace starts after step `first_step - 1` has finished and stops once
-the last traced step has, so it holds those steps' work (with step 1, the compilation too) and
-the hooks run between them (a checkpoint save), none from the steps either side; both ends wait for the device, which a run without a profile does not, so the traced
-steps' wall time (announced, and written to `profile/summary.json` by process 0) includes the
-profiler's own cost. On a CPU backend that time is split into the seconds some XLA thread was
-running a program (`xla_busy_s_per_step`) and the rest (`outside_xla_s_per_step`: nothing
-compiled running, so Python, the input pipeline, dispatch or hooks held the step up; dispatch is
-asynchronous, so host work that overlaps a running program is not in it). A large rest says the
-run waits on its host, not on its model. Choose steps after the first few: the first compiles, and on a CPU the
-next ones still grow the heap (benchmarks/README.md, "Host memory").
+for ui.perfetto.dev).
+
+The trace starts after step `first_step - 1` and its hooks have finished and stops once the last
+traced step has, before its hooks: it holds those steps' work (with step 1, the compilation too)
+and the hooks run between them (a checkpoint save), nothing from the steps either side. Both ends
+wait for the device, which a run without a profile does not, so the traced steps' wall time
+(announced, and written to `profile/summary.json` by process 0) includes the profiler's own
+cost. On a CPU backend that time is split into the seconds some XLA thread was running a program
+(`xla_busy_s_per_step`) and the rest (`outside_xla_s_per_step`): nothing compiled was running,
+so Python, the input pipeline, dispatch or the hooks held the step up. Dispatch is asynchronous,
+so host work that overlaps a running program is not in the rest; a large rest says the run waits
+on its host, not on its model. Choose steps after the first few: the first compiles, and on a CPU
+the next ones may still grow the heap (benchmarks/README.md, "Host memory").
 
 Recipe: gin/recipes/profile.gin.
 """
@@ -146,8 +149,8 @@ class ProfileHook:
                f"{summary['outside_xla_s_per_step']:.3f} s outside XLA: Python, input, hooks")
     reporting.announce(
         f"Profile: steps {first}-{step} traced in {self.dir} ({wall / self.config.num_steps:.3f} s "
-        f"a step under the profiler{split}). View: tensorboard --logdir {self.dir} (Profile tab, needs "
-        f"tensorboard-plugin-profile), or open {perfetto or 'its perfetto_trace.json.gz'} in "
+        f"a step under the profiler{split}). View: tensorboard --logdir {self.dir} (Profile "
+        f"tab, needs tensorboard-plugin-profile), or open {perfetto or 'its perfetto_trace.json.gz'} in "
         "ui.perfetto.dev.")
 
 

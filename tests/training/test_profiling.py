@@ -1,4 +1,5 @@
-"""`train.profile`: a jax.profiler trace of exactly the steps named, from the hook and from train()."""
+"""`train.profile`: a jax.profiler trace of exactly the steps named, by the hooks and through
+train()."""
 import glob
 import gzip
 import importlib

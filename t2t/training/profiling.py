@@ -18,7 +18,9 @@ cost. On a CPU backend that time is split into the seconds some XLA thread was r
 so Python, the input pipeline, dispatch or the hooks held the step up. Dispatch is asynchronous,
 so host work that overlaps a running program is not in the rest; a large rest says the run waits
 on its host, not on its model. Choose steps after the first few: the first compiles, and on a CPU
-the next ones may still grow the heap (benchmarks/README.md, "Host memory").
+the next ones may still grow the heap (benchmarks/README.md, "Host memory"). A trace that
+cannot start (another profiler already running in the process) is announced and the run trains
+on without it.
 
 Recipe: gin/recipes/profile.gin.
 """
@@ -112,8 +114,15 @@ class ProfileHook:
   def _start(self, state: Any) -> None:
     if state is not None:
       jax.block_until_ready(state)   # earlier steps' work stays out of the trace
-    paths.resolve(self.dir).mkdir(parents=True, exist_ok=True)
-    jax.profiler.start_trace(self.dir, create_perfetto_trace=True)
+    try:
+      paths.resolve(self.dir).mkdir(parents=True, exist_ok=True)
+      jax.profiler.start_trace(self.dir, create_perfetto_trace=True)
+    except Exception as e:  # noqa: BLE001  (a profile is not worth a training run)
+      self._done = True
+      reporting.announce(f"Profile: the trace could not start in {self.dir} "
+                         f"({type(e).__name__}: {str(e).strip()[:300]}); training goes on "
+                         "without it.")
+      return
     self._started = time.perf_counter()
 
   def _stop(self, state: Any, step: int | None) -> None:

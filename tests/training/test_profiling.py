@@ -119,6 +119,20 @@ def test_a_run_that_ends_inside_the_trace_closes_it(tmp_path, capsys):
   assert "the run ended before step 5" in capsys.readouterr().err
 
 
+def test_a_trace_that_cannot_start_is_announced_and_training_goes_on(tmp_path, capsys):
+  jax.profiler.start_trace(str(tmp_path / "someone_elses"))   # a profiler already running
+  try:
+    hook = profiling.Profile(first_step=1, num_steps=2).hook(str(tmp_path), 0, 3)
+    for step in (0, 1, 2, 3):
+      hook.stop_hook(step, jnp.ones(2), None, None)
+      hook.start_hook(step, jnp.ones(2), None, None)
+    hook.close()
+  finally:
+    jax.profiler.stop_trace()
+  assert "Profile: the trace could not start in" in capsys.readouterr().err
+  assert not (tmp_path / profiling.PROFILE_DIR / profiling.SUMMARY_FILE).exists()
+
+
 @pytest.mark.parametrize("start, last, message", [
     (5, 10, "resumes at step 5, past Profile.first_step = 3"),
     (0, 2, "Profile.first_step = 3 is after the run's last step (2)")])

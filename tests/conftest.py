@@ -6,6 +6,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import t2t  # noqa: E402,F401  (first: keeps Keras's optional imports out, t2t/keras_imports.py)
 import tensorflow as tf  # noqa: E402
 
 tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -22,7 +22,6 @@ tests/benchmarks/test_cold_start.py.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import time
@@ -112,14 +111,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   garbage_collection.freeze_long_lived()
   with machine.Section('cold_start') as section:
     result = measure(args.precision, args.calls, args.tiny)
-  result.update(threads=args.threads, sections=[section.as_dict()],
-                machine=dict(quiet, date_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())),
-                loaded=bool(quiet['loaded_at_start'] or section.loaded))
-  line = json.dumps(result)
-  if args.out:
-    with open(args.out, 'w') as f:
-      f.write(line + '\n')
-  print(line)
+  result['threads'] = args.threads
+  machine.record(result, quiet, [section], args.out)
   for p in result['phases']:
     print(f'{p["name"]:>22}: {p["wall_s"]:7.2f} s wall, {p["cpu_s"]:7.2f} s CPU '
           f'({p["system_s"]:.2f} system), {p["page_faults"]:>8} page faults', file=sys.stderr)

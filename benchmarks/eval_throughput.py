@@ -135,14 +135,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(f'benchmarks.eval_throughput: error: {e}')
   with machine.Section('eval') as section:
     result = measure(args.rounds, args.num_examples, args.batch, args.tiny)
-  result['sections'] = [section.as_dict()]
-  result['machine'] = dict(quiet, date_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
-  result['loaded'] = bool(quiet.get('loaded_at_start') or section.loaded)
-  line = json.dumps(result)
-  if args.out:
-    with open(args.out, 'w') as f:
-      f.write(line + '\n')
-  print(line)
+  machine.record(result, quiet, [section], args.out)
   print(f"t2t.eval on {'+'.join(TASKS)} ({result['examples_per_call']} examples, batch "
         f"{args.batch}): bucketed {result['examples_per_s']['bucketed']:.1f} examples/s, padded "
         f"{result['examples_per_s']['padded']:.1f} examples/s, {result['speedup_bucketed']:.2f}x; "

@@ -13,6 +13,7 @@ Two measures, both recorded in the benchmark's JSON:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -234,6 +235,22 @@ def check_quiet(allow_loaded: bool) -> dict[str, Any]:
   return dict(loadavg_at_start=[load1, load5, load15], cores=cores, loaded_at_start=loaded,
               allow_loaded=allow_loaded, foreign_cores_limit=FOREIGN_CORES_LIMIT,
               cpu_identity=cpu_identity())
+
+
+def record(result: dict[str, Any], quiet: dict[str, Any], sections: list[Section],
+           out: str | None) -> str:
+  """Completes a benchmark's `result` with its timed `sections`, the machine (`quiet` from
+  `check_quiet`, plus the time the run ended) and `loaded` (loaded at the start or in any
+  section); writes it as one JSON line to `out` (if given) and stdout; returns the line."""
+  result.update(sections=[s.as_dict() for s in sections],
+                machine=dict(quiet, date_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())),
+                loaded=bool(quiet.get('loaded_at_start') or any(s.loaded for s in sections)))
+  line = json.dumps(result)
+  if out:
+    with open(out, 'w') as f:
+      f.write(line + '\n')
+  print(line)
+  return line
 
 
 def versions() -> dict[str, str | None]:

@@ -1,4 +1,5 @@
 """benchmarks/machine.py: which CPU a figure was measured on, and what a timed section reports."""
+import json
 import time
 
 import pytest
@@ -99,3 +100,18 @@ def test_a_failing_section_says_so_and_keeps_the_error(capsys):
     with machine.Section('greedy/peer'):
       raise RuntimeError('peer crashed')
   assert '[greedy/peer] failed after ' in capsys.readouterr().err
+
+
+def test_record_adds_sections_machine_and_loaded_then_writes_one_line(tmp_path, capsys):
+  quiet = dict(loadavg_at_start=[0.5, 0.5, 0.5], cores=2, loaded_at_start=False)
+  calm, busy = machine.Section('calm'), machine.Section('busy')
+  calm.foreign_cores, busy.foreign_cores = 0.0, machine.FOREIGN_CORES_LIMIT + 0.5
+  out = tmp_path / 'result.json'
+  line = machine.record({'benchmark': 'x'}, quiet, [calm], str(out))
+  assert out.read_text() == line + '\n' and capsys.readouterr().out == line + '\n'
+  got = json.loads(line)
+  assert got['benchmark'] == 'x' and got['loaded'] is False
+  assert [s['name'] for s in got['sections']] == ['calm']
+  assert got['machine']['cores'] == 2 and got['machine']['date_utc'].endswith('Z')
+  assert json.loads(machine.record({}, quiet, [calm, busy], None))['loaded'] is True
+  assert json.loads(machine.record({}, dict(quiet, loaded_at_start=True), [], None))['loaded']

@@ -3,9 +3,10 @@
 TensorFlow 2.21 imports Keras 3 eagerly (`tensorflow/__init__.py` loads `keras._tf_keras`), and
 Keras, at import time, imports scikit-learn (for `keras.wrappers.SKLearnClassifier` & co.) and
 `matplotlib.pyplot` (for `keras.visualization.plot_image_gallery`) whenever they are installed,
-each inside `try: import ... except ImportError:`. t2t uses neither integration, but its test
-extras install both packages, so every `python -m t2t.*` paid ~1.4 s of its ~6 s import for them
-(scikit-learn pulls in SciPy's statistics). Keras cannot be left out (tensorflow_text, which
+each inside `try: import ... except ImportError:`. t2t uses neither integration, but it depends
+on both packages itself (scikit-learn for `t2t.probing`'s probes, matplotlib for the figures of
+`t2t.reports`), so every `python -m t2t.*` paid ~1.4 s of its ~6 s import for them (scikit-learn
+pulls in SciPy's statistics). Keras cannot be left out (tensorflow_text, which
 seqio's vocabularies load, subclasses `tf.keras.layers.Layer`).
 
 `hide_optional_imports_from_keras` puts a finder first on `sys.meta_path` that answers

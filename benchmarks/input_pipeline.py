@@ -1,7 +1,8 @@
 """Input pipeline throughput: BBC span corruption, tokenised and packed to 512/114 batches of 8.
 
   python -m benchmarks.input_pipeline [--batches 50] [--warmup 5] [--batch 8] [--task bbc_span_corruption]
-         [--threads 1] [--peer-python /path/to/venv-with-t5/bin/python] [--allow-loaded] [--out PATH]
+         [--threads 1] [--peer-python /path/to/venv-with-t5/bin/python] [--allow-loaded]
+         [--out PATH]
 
 Reads batches from `t2t.training.inputs.train_batches` (the stream training uses: seqio,
 `--threads` tf.data threads (t2t.train's default: one), shuffled, packed by

@@ -12,10 +12,11 @@ density 0.15, mean span 3), append EOS, `seqio.EncDecFeatureConverter(pack=True)
 batches of 8, shuffled, on `--threads` tf.data threads with the tf.data options t2t's
 `inputs.train_batches` sets (a private thread pool of that size, no parallelism within an
 element, two batches prefetched): without them tf.data's default pool ran this pipeline on both
-cores of a 2-core machine (1.96 cores busy against t2t's 1.32, 2026-11-30). The texts (one JSON object with a "text" field per
-line) and the SentencePiece model are given by the caller, so both sides read the same articles
-with the same vocabulary. Prints one line `RESULT {json}` with the figures input_pipeline reports,
-`cores_used` included (this process's CPU seconds over the timed loop's wall seconds).
+cores of a 2-core machine (1.96 cores busy against t2t's 1.32, 2026-11-30). The texts (one JSON
+object with a "text" field per line) and the SentencePiece model are given by the caller, so
+both sides read the same articles with the same vocabulary. Prints one line `RESULT {json}` with
+the figures input_pipeline reports, `cores_used` included (this process's CPU seconds over the
+timed loop's wall seconds).
 """
 import argparse
 import functools

@@ -116,10 +116,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   args = ap.parse_args(argv)
   from benchmarks import machine
   try:
-    for name in ('batches', 'warmup', 'batch', 'threads'):
-      if getattr(args, name) < (0 if name == 'warmup' else 1):
-        raise ValueError(f'--{name} must be >= {0 if name == "warmup" else 1}, '
-                         f'got {getattr(args, name)}.')
+    minimums = {'batches': 1, 'warmup': 0, 'batch': 1, 'threads': 1}
+    for name, least in minimums.items():
+      if getattr(args, name) < least:
+        raise ValueError(f'--{name} must be >= {least}, got {getattr(args, name)}.')
     if args.threads > (os.cpu_count() or 1):
       raise ValueError(f'--threads {args.threads} is more than the machine\'s '
                        f'{os.cpu_count()} cores.')

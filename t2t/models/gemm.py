@@ -39,7 +39,9 @@ SWITCH = 'T2T_GEMM'
 # The input's gradient g w^T by the kernel too (False: by XLA's dot, the default). On a 2-core Zen 4
 # XLA's dot ran T5-small's input-gradient products 2-20% faster than the kernel (jitted alone),
 # and the train step's median 4.85 s against 4.99 s (benchmarks/README.md, "The train step on
-# Zen 4: the attention backward's transposes, and the input gradients by XLA's dot").
+# Zen 4: the attention backward's transposes, and the input gradients by XLA's dot"); on a 2-core
+# Zen 3, 5.88 / 6.36 / 6.69 s against 6.28 / 6.61 / 6.91 s in three alternating pairs ("Float32 on
+# Zen 3 again at today's code").
 INPUT_GRADIENT_BY_KERNEL = False
 
 

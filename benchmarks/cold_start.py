@@ -32,7 +32,7 @@ from benchmarks import t5_small_cpu as bench
 
 import jax  # noqa: E402  (t5_small_cpu sets the JAX/TF environment first)
 
-from t2t.training import garbage_collection, host_memory  # noqa: E402
+from t2t.training import host_memory  # noqa: E402
 from t2t.training.trainer import NONFINITE_FIELDS  # noqa: E402
 
 
@@ -107,8 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     quiet = machine.check_quiet(args.allow_loaded)
   except ValueError as e:
     sys.exit(f'benchmarks.cold_start: error: {e}')
-  host_memory.configure(args.host_malloc)  # before the first XLA program, as t2t.train
-  garbage_collection.freeze_long_lived()
+  bench.prepare_process(args.host_malloc)  # before the first XLA program, as t2t.train
   with machine.Section('cold_start') as section:
     result = measure(args.precision, args.calls, args.tiny)
   result['threads'] = args.threads

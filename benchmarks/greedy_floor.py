@@ -35,12 +35,9 @@ from typing import Any, Sequence
 from benchmarks import machine
 from benchmarks import t5_small_cpu as bench   # sets the TensorFlow / JAX environment first
 
-import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from t2t.models import decoding  # noqa: E402
-from t2t.training import garbage_collection, host_memory  # noqa: E402
 from t2t.training.partitioning import Partitioner  # noqa: E402
 from t2t.training.predictor import Predictor  # noqa: E402
 
@@ -81,21 +78,15 @@ def measure(lengths: Sequence[int] = (2, 33, 64), rounds: int = 7, batch: int = 
   if rounds < 1:
     raise ValueError(f'--rounds must be >= 1, got {rounds}.')
   config = bench.t5_small_config(0.0, tiny, precision)
-  model = bench._model(config, decode_fn=bench._no_eos(decoding.greedy_decode))  # pylint: disable=protected-access
   partitioner = Partitioner(num_partitions=1)
-  inputs = bench._tokens(np.random.default_rng(0), (batch, enc_len), config.vocab_size)  # pylint: disable=protected-access
-  shapes = dict(encoder_input_tokens=(batch, enc_len), decoder_input_tokens=(batch, lengths[-1]))
-  with partitioner.activation_context():
-    params = jax.jit(lambda key: nn.unbox(model.get_initial_variables(key, shapes)['params']))(
-        jax.random.PRNGKey(0))
+  model, params, inputs = bench.decode_setup(config, batch, enc_len, lengths[-1], 1, partitioner)
   examples = [dict(encoder_input_tokens=row) for row in inputs]
   predictors = {n: Predictor(model, params, partitioner, batch, max_decode_length=n)
                 for n in lengths}
   for n, predictor in predictors.items():   # compile, then one call that settles the heap
     for _ in range(2):
       out = np.stack(predictor.predict(examples))
-    if out.shape != (batch, n) or (out == decoding.EOS_ID).any():
-      raise RuntimeError(f'Decoding did not produce {n} EOS-free tokens per row: {out.shape}.')
+    bench.check_decoded(out, batch, n)
   times: dict[int, list[float]] = {n: [] for n in lengths}
   for _ in range(rounds):
     for n in lengths:
@@ -139,11 +130,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     quiet = machine.check_quiet(args.allow_loaded)
   except ValueError as e:
     sys.exit(f'benchmarks.greedy_floor: error: {e}')
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (seqio's; keep it off the cores)
-  tf.config.threading.set_intra_op_parallelism_threads(1)
-  tf.config.threading.set_inter_op_parallelism_threads(1)
-  host_memory.configure('auto')   # as t2t.infer and the benchmark do, before XLA runs
-  garbage_collection.freeze_long_lived()
+  bench.prepare_process('auto')   # as t2t.infer and the benchmark do, before XLA runs
   with machine.Section('greedy_floor') as section:
     try:
       result = measure(lengths, args.rounds, args.batch, args.enc_len, args.precision, args.tiny)

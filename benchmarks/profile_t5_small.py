@@ -228,20 +228,10 @@ def _train_program(config, batch: int, enc_len: int, dec_len: int):
 
 
 def _decode_program(config, batch: int, enc_len: int, gen_len: int, beams: int):
-  import functools
-  import flax.linen as nn
-  import numpy as np
-  from t2t.models import decoding
   from t2t.training.partitioning import Partitioner
   from t2t.training.predictor import Predictor
-  strategy = (decoding.greedy_decode if beams == 1 else
-              functools.partial(decoding.beam_search, beam_size=beams, alpha=bench.LENGTH_PENALTY))
-  model = bench._model(config, decode_fn=bench._no_eos(strategy))
-  shapes = dict(encoder_input_tokens=(batch, enc_len), decoder_input_tokens=(batch, gen_len))
-  params = jax.jit(lambda k: nn.unbox(model.get_initial_variables(k, shapes)['params']))(
-      jax.random.PRNGKey(0))
+  model, params, inputs = bench.decode_setup(config, batch, enc_len, gen_len, beams)
   predictor = Predictor(model, params, Partitioner(), batch, max_decode_length=gen_len)
-  inputs = bench._tokens(np.random.default_rng(0), (batch, enc_len), config.vocab_size)
   examples = [dict(encoder_input_tokens=row) for row in inputs]
   step = lambda: predictor.predict(examples)
   step()  # compile

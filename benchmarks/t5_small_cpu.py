@@ -68,7 +68,6 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import seqio  # noqa: E402
@@ -290,21 +289,24 @@ def _no_eos(decode_fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
   return wrapped
 
 
-def bench_decode(config: T5Config, batch: int, enc_len: int, gen_len: int, beams: int, steps: int,
-                 warmup: int, model_parallel: int = 1) -> dict[str, Any]:
-  """Times `Predictor.predict` of `gen_len` tokens for random inputs [batch, enc_len].
-
-  `model_parallel` > 1: the parameters are split over that many devices by the Partitioner's
-  rules (the process must have them: `use_cpu_devices`).
-  """
+def decode_strategy(beams: int) -> Callable[..., jax.Array]:
+  """Greedy for `beams` == 1, else beam search of that width with the peer's length penalty."""
   if beams < 1:
     raise ValueError(f'--beams must be >= 1, got {beams}.')
-  partitioner = Partitioner(num_partitions=model_parallel)
-  strategy = (decoding.greedy_decode if beams == 1 else
-              functools.partial(decoding.beam_search, beam_size=beams, alpha=LENGTH_PENALTY))
-  model = _model(config, decode_fn=_no_eos(strategy))
-  rng = np.random.default_rng(0)
-  inputs = _tokens(rng, (batch, enc_len), config.vocab_size)
+  if beams == 1:
+    return decoding.greedy_decode
+  return functools.partial(decoding.beam_search, beam_size=beams, alpha=LENGTH_PENALTY)
+
+
+def decode_setup(config: T5Config, batch: int, enc_len: int, gen_len: int, beams: int = 1,
+                 partitioner: Partitioner | None = None
+                 ) -> tuple[EncoderDecoderModel, Any, np.ndarray]:
+  """The decode benchmarks' model (EOS never chosen, so every row decodes `gen_len` tokens), its
+  parameters (PRNGKey(0), laid out by `partitioner`'s rules, one device by default) and random
+  input tokens [batch, enc_len] (numpy seed 0): the same for every tool that times decoding."""
+  partitioner = partitioner or Partitioner(num_partitions=1)
+  model = _model(config, decode_fn=_no_eos(decode_strategy(beams)))
+  inputs = _tokens(np.random.default_rng(0), (batch, enc_len), config.vocab_size)
   shapes = dict(encoder_input_tokens=(batch, enc_len), decoder_input_tokens=(batch, gen_len))
   with partitioner.activation_context():
     boxed = jax.eval_shape(lambda key: model.get_initial_variables(key, shapes)['params'],
@@ -312,13 +314,30 @@ def bench_decode(config: T5Config, batch: int, enc_len: int, gen_len: int, beams
     init = jax.jit(lambda key: nn.unbox(model.get_initial_variables(key, shapes)['params']),
                    out_shardings=partitioner.shardings_for(boxed))
     params = init(jax.random.PRNGKey(0))
+  return model, params, inputs
+
+
+def check_decoded(out: np.ndarray, batch: int, gen_len: int) -> None:
+  """Raises RuntimeError unless `out` is [batch, gen_len] tokens with no EOS among them."""
+  if out.shape != (batch, gen_len) or (out == decoding.EOS_ID).any():
+    raise RuntimeError(f'Decoding did not produce {gen_len} EOS-free tokens per row: {out.shape}.')
+
+
+def bench_decode(config: T5Config, batch: int, enc_len: int, gen_len: int, beams: int, steps: int,
+                 warmup: int, model_parallel: int = 1) -> dict[str, Any]:
+  """Times `Predictor.predict` of `gen_len` tokens for random inputs [batch, enc_len].
+
+  `model_parallel` > 1: the parameters are split over that many devices by the Partitioner's
+  rules (the process must have them: `use_cpu_devices`).
+  """
+  partitioner = Partitioner(num_partitions=model_parallel)
+  model, params, inputs = decode_setup(config, batch, enc_len, gen_len, beams, partitioner)
   nparams = sum(int(x.size) for x in jax.tree.leaves(params))
   predictor = Predictor(model, params, partitioner, batch, max_decode_length=gen_len)
   examples = [dict(encoder_input_tokens=row) for row in inputs]
   first, times, outs = _timed(lambda: predictor.predict(examples), warmup, steps)
   out = np.stack(outs[-1])
-  if out.shape != (batch, gen_len) or (out == decoding.EOS_ID).any():
-    raise RuntimeError(f'Decoding did not produce {gen_len} EOS-free tokens per row: {out.shape}.')
+  check_decoded(out, batch, gen_len)
   flops = model_flops(config, batch, enc_len, 0, gen_len, beams)['decode']
   return dict(**_summary(times, batch * gen_len, flops), compile_and_first_s=first,
               params=nparams, gen_new_tokens=int(out.shape[1]), flops_per_step=flops,
@@ -504,6 +523,20 @@ def run_all(*, steps: int = 5, warmup: int = 2, threads: int = 2, peer: Path | N
   return out
 
 
+def prepare_process(host_malloc: str = 'auto', freeze_gc: bool = True) -> None:
+  """What a t2t entry point does before its first XLA program, for a benchmark's own process:
+  TensorFlow (seqio's, imported but its pools not yet made) kept to one thread each way, so it
+  does not compete with JAX for the cores; the host malloc settings (`--host-malloc`,
+  t2t/training/host_memory.py); the imports' objects frozen out of Python's collector, as
+  `t2t.cli.run_module` does (`freeze_gc`)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.threading.set_intra_op_parallelism_threads(1)
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+  host_memory.configure(host_malloc)
+  if freeze_gc:
+    garbage_collection.freeze_long_lived()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('mode', nargs='?', default='all', choices=['all', 'train', 'decode'],
@@ -565,12 +598,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise ValueError(f'The Hugging Face peer cannot run: {why}.')
   except ValueError as e:
     sys.exit(f'benchmarks.t5_small_cpu: error: {e}')
-  import tensorflow as tf  # already imported by seqio; its pools are not created yet
-  tf.config.threading.set_intra_op_parallelism_threads(1)
-  tf.config.threading.set_inter_op_parallelism_threads(1)
-  host_memory.configure(args.host_malloc)  # as t2t.train does, before the first XLA program runs
-  if args.python_gc == 'frozen':  # as t2t.cli.run_module does after the entry point's imports
-    garbage_collection.freeze_long_lived()
+  prepare_process(args.host_malloc, freeze_gc=args.python_gc == 'frozen')
   common = dict(steps=args.steps, warmup=args.warmup, threads=args.threads, batch=args.batch,
                 enc_len=args.enc_len, gen_len=args.gen_len, tiny=args.tiny, peer=args.peer,
                 no_peer=args.no_peer, dec_len=args.dec_len, precision=args.precision,

@@ -28,9 +28,9 @@ import time
 from typing import Any, Callable, Sequence
 
 from benchmarks import machine
-from benchmarks import t5_small_cpu as bench
+from benchmarks import t5_small_setup as setup   # sets the TensorFlow / JAX environment first
 
-import jax  # noqa: E402  (t5_small_cpu sets the JAX/TF environment first)
+import jax  # noqa: E402  (t5_small_setup sets the JAX/TF environment first)
 
 from t2t.training import host_memory  # noqa: E402
 from t2t.training.trainer import NONFINITE_FIELDS  # noqa: E402
@@ -57,11 +57,11 @@ def measure(precision: str = 'fp32', calls: int = 3, tiny: bool = False) -> dict
   """The phases of one Trainer's cold start (see the module docstring); no program is cached."""
   if calls < 1:
     raise ValueError(f'--calls must be >= 1, got {calls}.')
-  config = bench.t5_small_config(0.1, tiny, precision)
+  config = setup.t5_small_config(0.1, tiny, precision)
   batch, enc_len, dec_len = (2, 16, 8) if tiny else (8, 512, 114)
   phases: list[dict[str, Any]] = []
   trainer, data = timed_phase(phases, 'build_trainer',
-                              lambda: bench._train_setup(config, batch, enc_len, dec_len))
+                              lambda: setup._train_setup(config, batch, enc_len, dec_len))
   state = timed_phase(phases, 'init_state', lambda: jax.block_until_ready(trainer.init_state()))
   rep = trainer.partitioner.replicated
   state = state.replace(**{n: jax.device_put(getattr(state, n), rep) for n in NONFINITE_FIELDS})
@@ -91,7 +91,7 @@ def measure(precision: str = 'fp32', calls: int = 3, tiny: bool = False) -> dict
 
 def main(argv: Sequence[str] | None = None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  ap.add_argument('--precision', default='fp32', choices=sorted(bench.PRECISIONS))
+  ap.add_argument('--precision', default='fp32', choices=sorted(setup.PRECISIONS))
   ap.add_argument('--threads', type=int, default=2)
   ap.add_argument('--calls', type=int, default=3, help='calls of the gradient program timed')
   ap.add_argument('--tiny', action='store_true', help='a 1+1-layer d_model-32 model (tests)')
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     quiet = machine.check_quiet(args.allow_loaded)
   except ValueError as e:
     sys.exit(f'benchmarks.cold_start: error: {e}')
-  bench.prepare_process(args.host_malloc)  # before the first XLA program, as t2t.train
+  setup.prepare_process(args.host_malloc)  # before the first XLA program, as t2t.train
   with machine.Section('cold_start') as section:
     result = measure(args.precision, args.calls, args.tiny)
   result['threads'] = args.threads

@@ -33,7 +33,7 @@ import time
 from typing import Any, Sequence
 
 from benchmarks import machine
-from benchmarks import t5_small_cpu as bench   # sets the TensorFlow / JAX environment first
+from benchmarks import t5_small_setup as setup   # sets the TensorFlow / JAX environment first
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -77,16 +77,16 @@ def measure(lengths: Sequence[int] = (2, 33, 64), rounds: int = 7, batch: int = 
     raise ValueError(f'--lengths must be positive token counts, got {lengths}.')
   if rounds < 1:
     raise ValueError(f'--rounds must be >= 1, got {rounds}.')
-  config = bench.t5_small_config(0.0, tiny, precision)
+  config = setup.t5_small_config(0.0, tiny, precision)
   partitioner = Partitioner(num_partitions=1)
-  model, params, inputs = bench.decode_setup(config, batch, enc_len, lengths[-1], 1, partitioner)
+  model, params, inputs = setup.decode_setup(config, batch, enc_len, lengths[-1], 1, partitioner)
   examples = [dict(encoder_input_tokens=row) for row in inputs]
   predictors = {n: Predictor(model, params, partitioner, batch, max_decode_length=n)
                 for n in lengths}
   for n, predictor in predictors.items():   # compile, then one call that settles the heap
     for _ in range(2):
       out = np.stack(predictor.predict(examples))
-    bench.check_decoded(out, batch, n)
+    setup.check_decoded(out, batch, n)
   times: dict[int, list[float]] = {n: [] for n in lengths}
   for _ in range(rounds):
     for n in lengths:
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('--lengths', default='2,33,64', help='decode lengths, comma-separated')
   ap.add_argument('--rounds', type=int, default=7, help='interleaved rounds over the lengths')
-  ap.add_argument('--precision', choices=sorted(bench.PRECISIONS), default='fp32')
+  ap.add_argument('--precision', choices=sorted(setup.PRECISIONS), default='fp32')
   ap.add_argument('--threads', type=int, default=2)
   ap.add_argument('--batch', type=int, default=8)
   ap.add_argument('--enc-len', type=int, default=512)
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     quiet = machine.check_quiet(args.allow_loaded)
   except ValueError as e:
     sys.exit(f'benchmarks.greedy_floor: error: {e}')
-  bench.prepare_process('auto')   # as t2t.infer and the benchmark do, before XLA runs
+  setup.prepare_process('auto')   # as t2t.infer and the benchmark do, before XLA runs
   with machine.Section('greedy_floor') as section:
     try:
       result = measure(lengths, args.rounds, args.batch, args.enc_len, args.precision, args.tiny)

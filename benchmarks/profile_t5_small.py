@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from benchmarks import machine
-from benchmarks import t5_small_cpu as bench
+from benchmarks import t5_small_setup as setup   # sets the TensorFlow / JAX environment first
 
-import jax  # noqa: E402  (t5_small_cpu sets the JAX/TF environment first)
+import jax  # noqa: E402  (t5_small_setup sets the JAX/TF environment first)
 
 from t2t.training import host_memory  # noqa: E402
 
@@ -198,14 +198,14 @@ def _train_program(config, batch: int, enc_len: int, dec_len: int):
   import numpy as np
   from t2t.training.partitioning import Partitioner
   from t2t.training.trainer import Trainer
-  model = bench._model(config)
+  model = setup._model(config)
   rng = np.random.default_rng(0)
-  targets = bench._tokens(rng, (batch, dec_len), config.vocab_size)
-  data = dict(encoder_input_tokens=bench._tokens(rng, (batch, enc_len), config.vocab_size),
+  targets = setup._tokens(rng, (batch, dec_len), config.vocab_size)
+  data = dict(encoder_input_tokens=setup._tokens(rng, (batch, enc_len), config.vocab_size),
               decoder_target_tokens=targets,
               decoder_input_tokens=np.pad(targets[:, :-1], ((0, 0), (1, 0))),
               decoder_loss_weights=np.ones((batch, dec_len), np.float32))
-  trainer = Trainer(model, bench.adafactor_like_peer(), Partitioner(),
+  trainer = Trainer(model, setup.adafactor_like_peer(), Partitioner(),
                     {k: v.shape for k, v in data.items()})
   state = [trainer.init_state()]
 
@@ -230,7 +230,7 @@ def _train_program(config, batch: int, enc_len: int, dec_len: int):
 def _decode_program(config, batch: int, enc_len: int, gen_len: int, beams: int):
   from t2t.training.partitioning import Partitioner
   from t2t.training.predictor import Predictor
-  model, params, inputs = bench.decode_setup(config, batch, enc_len, gen_len, beams)
+  model, params, inputs = setup.decode_setup(config, batch, enc_len, gen_len, beams)
   predictor = Predictor(model, params, Partitioner(), batch, max_decode_length=gen_len)
   examples = [dict(encoder_input_tokens=row) for row in inputs]
   step = lambda: predictor.predict(examples)
@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--gen-len', type=int, default=64)
   ap.add_argument('--tiny', action='store_true')
   ap.add_argument('--dropout', type=float, default=None, help='default 0.1 train, 0 decode')
-  ap.add_argument('--precision', default='fp32', choices=sorted(bench.PRECISIONS),
+  ap.add_argument('--precision', default='fp32', choices=sorted(setup.PRECISIONS),
                   help='bf16: T5Config.matmul_dtype=bfloat16 (bf16 operands, float32 accumulation)')
   ap.add_argument('--host-malloc', default='auto', choices=host_memory.MODES,
                   help="as the benchmark's --host-malloc (default auto: retain freed memory on "
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.error(str(e))
   host_memory.configure(args.host_malloc)  # before the first XLA program, as the benchmark
   dropout = args.dropout if args.dropout is not None else (0.1 if args.mode == 'train' else 0.0)
-  config = bench.t5_small_config(dropout, args.tiny, args.precision)
+  config = setup.t5_small_config(dropout, args.tiny, args.precision)
   if args.mode == 'train':
     fn, texts = _train_program(config, args.batch, args.enc_len, args.dec_len)
   else:

@@ -1,0 +1,150 @@
+"""Many `t5_small_cpu all` runs summarised target by target, per processor and precision.
+
+    python -m benchmarks.summary benchmarks/results/2026-11-30_t5_small_cpu_all_fp32_zen3_run*.json
+    python -m benchmarks.summary FILES... --json          # the same numbers as JSON
+
+One run is worth little on a VM whose speed moves by 20-35% over an hour (README, Performance), so
+the README states each target as the median of several runs' medians, their range, and in how many
+runs it was met. This computes exactly that from the runs' JSON, grouped by processor (the JSON's
+`machine.cpu_identity`) and precision, so the summary is regenerated rather than transcribed:
+a markdown table with one column per group, or `--json`.
+
+A run measured on a loaded machine (`loaded` in its JSON) is left out and named, unless
+`--include-loaded`; a file that is not a `t5_small_cpu` result in `all` mode is refused by name.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from typing import Any, Sequence
+
+from benchmarks import report
+
+# The targets' units in the table: ratios as 'x', the roof fraction as %, the cold start in s.
+_FORMATS = {'train_speedup': '{:.2f}x', 'train_roof_fraction': '{:.0%}',
+            'greedy_speedup': '{:.2f}x', 'beam4_speedup': '{:.2f}x',
+            'compile_and_first_s': '{:.1f} s'}
+# Each speed-up's two medians (t2t, the peer), in seconds.
+_SIDES = {'train_speedup': 'train', 'greedy_speedup': 'greedy', 'beam4_speedup': 'beam4'}
+
+
+class SummaryError(ValueError):
+  """A file that cannot be summarised; the message names it."""
+
+
+def load(path: str) -> dict[str, Any]:
+  """One `t5_small_cpu all` result; SummaryError naming `path` otherwise."""
+  try:
+    with open(path) as f:
+      result = json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise SummaryError(f'{path}: cannot read it as JSON ({e}).') from None
+  if result.get('benchmark') != 't5_small_cpu' or result.get('mode') != 'all':
+    raise SummaryError(f'{path}: not a `python -m benchmarks.t5_small_cpu all` result '
+                       f'(benchmark={result.get("benchmark")!r}, mode={result.get("mode")!r}).')
+  if 'targets' not in result:
+    raise SummaryError(f'{path}: has no `targets` (written before the benchmark recorded them).')
+  return result
+
+
+def group_key(result: dict[str, Any]) -> str:
+  """'Zen 3, fp32': the processor's microarchitecture (or model name) and the run's precision."""
+  identity = (result.get('machine') or {}).get('cpu_identity') or {}
+  cpu = identity.get('microarchitecture') or identity.get('model_name') or 'unknown CPU'
+  return f'{cpu}, {result.get("precision", "fp32")}'
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+  return dict(median=statistics.median(values), min=min(values), max=max(values))
+
+
+def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  """{group: {runs, dates, targets: {key: {median, min, max, met, of}}, seconds: ...}}.
+
+  `results` maps each file's name to its JSON. A target's median is the median of the runs'
+  measured values (each itself a median of steps); `met` counts the runs that met it.
+  """
+  groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+  for name, result in results.items():
+    groups.setdefault(group_key(result), []).append((name, result))
+  out = {}
+  for key, runs in sorted(groups.items()):
+    dates = sorted((r.get('machine') or {}).get('date_utc') or '' for _, r in runs)
+    targets = {}
+    for target, *_ in report.TARGETS:
+      measured = [r['targets'][target]['measured'] for _, r in runs
+                  if r['targets'].get(target, {}).get('measured') is not None]
+      if not measured:
+        continue
+      met = sum(bool(r['targets'][target]['met']) for _, r in runs
+                if r['targets'].get(target, {}).get('measured') is not None)
+      targets[target] = dict(**_spread(measured), met=met, of=len(measured))
+    seconds = {}
+    for target, mode in _SIDES.items():
+      for side in ('t2t', 'peer'):
+        values = [r['results'][mode][side]['median_s'] for _, r in runs
+                  if (r['results'].get(mode) or {}).get(side)]
+        if values:
+          seconds[f'{mode}_{side}'] = _spread(values)
+    out[key] = dict(runs=[name for name, _ in runs], dates=[dates[0], dates[-1]],
+                    targets=targets, seconds=seconds)
+  return out
+
+
+def _cell(target: str, stats: dict[str, Any] | None, seconds: dict[str, Any]) -> str:
+  if stats is None:
+    return 'not measured'
+  fmt = _FORMATS[target]
+  verdict = ('**met**' if stats['met'] == stats['of'] else
+             '**not met**' if stats['met'] == 0 else f'**{stats["met"]} of {stats["of"]}**')
+  text = (f'{verdict}: {fmt.format(stats["median"])} '
+          f'[{fmt.format(stats["min"])} - {fmt.format(stats["max"])}]')
+  mode = _SIDES.get(target)
+  if mode and f'{mode}_t2t' in seconds and f'{mode}_peer' in seconds:
+    text += (f' ({seconds[f"{mode}_t2t"]["median"]:.2f} s vs '
+             f'{seconds[f"{mode}_peer"]["median"]:.2f} s)')
+  return text
+
+
+def markdown(summary: dict[str, Any]) -> str:
+  """One row per target, one column per group: 'met: median [min - max] (t2t s vs peer s)'."""
+  keys = list(summary)
+  head = [f'{k}: {len(summary[k]["runs"])} run(s), {summary[k]["dates"][0][:16]} - '
+          f'{summary[k]["dates"][1][:16]} UTC' for k in keys]
+  lines = ['| target | ' + ' | '.join(head) + ' |', '|---|' + '---|' * len(keys)]
+  for target, what, op, threshold in report.TARGETS:
+    cells = [_cell(target, summary[k]['targets'].get(target), summary[k]['seconds'])
+             for k in keys]
+    lines.append(f'| {what} {op} {threshold} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  ap.add_argument('files', nargs='+', help='t5_small_cpu `all` result JSON files')
+  ap.add_argument('--json', action='store_true', help='print the summary as JSON')
+  ap.add_argument('--include-loaded', action='store_true',
+                  help='keep runs measured on a loaded machine (left out by default)')
+  args = ap.parse_args(argv)
+  try:
+    results = {path: load(path) for path in args.files}
+  except SummaryError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  loaded = [p for p, r in results.items() if r.get('loaded')]
+  if loaded and not args.include_loaded:
+    print(f'leaving out {len(loaded)} run(s) measured on a loaded machine: {", ".join(loaded)} '
+          '(--include-loaded keeps them)', file=sys.stderr)
+    results = {p: r for p, r in results.items() if p not in loaded}
+  if not results:
+    print('error: no run left to summarise.', file=sys.stderr)
+    return 2
+  summary = summarise(results)
+  print(json.dumps(summary, indent=1) if args.json else markdown(summary))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -74,13 +74,11 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     dates = sorted((r.get('machine') or {}).get('date_utc') or '' for _, r in runs)
     targets = {}
     for target, *_ in report.TARGETS:
-      measured = [r['targets'][target]['measured'] for _, r in runs
-                  if r['targets'].get(target, {}).get('measured') is not None]
-      if not measured:
-        continue
-      met = sum(bool(r['targets'][target]['met']) for _, r in runs
-                if r['targets'].get(target, {}).get('measured') is not None)
-      targets[target] = dict(**_spread(measured), met=met, of=len(measured))
+      entries = [r['targets'][target] for _, r in runs
+                 if r['targets'].get(target, {}).get('measured') is not None]
+      if entries:
+        targets[target] = dict(**_spread([e['measured'] for e in entries]),
+                               met=sum(bool(e['met']) for e in entries), of=len(entries))
     seconds = {}
     for target, mode in _SIDES.items():
       for side in ('t2t', 'peer'):

@@ -12,7 +12,7 @@ checked by tests/benchmarks/) and a table with the ratios and the issue's target
 each timed section also says when it starts and how long it took.
 `train` / `decode` run one of them. The model is T5 v1.0 small with random initialisation
 (vocab 32128, d_model 512, 6 + 6 layers, 8 heads x 64, d_ff 2048, relu, tied embeddings; dropout 0.1
-for training, 0 for decoding) behind a `seqio.PassThroughVocabulary`, so nothing is downloaded.
+for training, 0 for decoding) fed random token ids (no vocabulary), so nothing is downloaded.
 
 What is timed, and how it lines up with the peer (`benchmarks/hf_t5_peer.py`, Hugging Face PyTorch T5):
 - train: `Trainer.step` (loss and grads, then the AdaFactor update: two jitted programs, the update

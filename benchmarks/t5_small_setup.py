@@ -19,7 +19,6 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-import seqio  # noqa: E402
 
 from t2t.models import decoding  # noqa: E402
 from t2t.models.api import EncoderDecoderModel  # noqa: E402
@@ -73,8 +72,10 @@ def adafactor_like_peer(learning_rate: float = 1e-3) -> optax.GradientTransforma
 
 def _model(config: T5Config, decode_fn: Callable[..., jax.Array] = decoding.greedy_decode
            ) -> EncoderDecoderModel:
-  vocab = seqio.PassThroughVocabulary(config.vocab_size)
-  return EncoderDecoderModel(Transformer(config), vocab, vocab, decode_fn=decode_fn)
+  """The model without vocabularies: the benchmarks feed random ids and never (de)tokenise, so
+  seqio (which imports TensorFlow) stays out of it, as on an accelerator image without TensorFlow
+  (`t5_gpu`)."""
+  return EncoderDecoderModel(Transformer(config), None, None, decode_fn=decode_fn)
 
 
 def _tokens(rng: np.random.Generator, shape: tuple[int, ...], vocab_size: int) -> np.ndarray:

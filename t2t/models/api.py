@@ -12,7 +12,7 @@ Batches are dicts keyed by seqio `EncDecFeatureConverter` names:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import flax
 import flax.linen as nn
@@ -20,11 +20,13 @@ import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
-import seqio
 
 from t2t.models import decoding, layers, small_dots
 from t2t.models import transformer as t5
 from t2t.models.transformer import Transformer
+
+if TYPE_CHECKING:
+  import seqio
 
 Array = jax.Array
 Batch = Mapping[str, Array]
@@ -60,7 +62,12 @@ def cross_entropy_with_logits(logits: Array, targets: Array,
 class EncoderDecoderModel:
   """T5-style encoder-decoder model: teacher-forced loss, greedy prediction, sequence scoring."""
 
-  feature_converter_cls = seqio.EncDecFeatureConverter
+  @property
+  def feature_converter_cls(self) -> type[seqio.FeatureConverter]:
+    # Imported here: seqio imports TensorFlow, which the model's own programs never need (an
+    # accelerator image without TensorFlow trains and decodes; tests/training/test_gpu_lowering.py).
+    import seqio  # pylint: disable=g-import-not-at-top
+    return seqio.EncDecFeatureConverter
 
   def __init__(self, module: Transformer, input_vocabulary: seqio.Vocabulary,
                output_vocabulary: seqio.Vocabulary, label_smoothing: float = 0.0,

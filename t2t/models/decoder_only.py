@@ -25,16 +25,18 @@ each row's own position: prompts differ in length, so cache indices are per row 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import flax.linen as nn
 import gin
 import jax
 import jax.numpy as jnp
-import seqio
 
 from t2t.models import api, decoding, layers, small_dots
 from t2t.models import transformer as t5
+
+if TYPE_CHECKING:
+  import seqio
 
 Array = jax.Array
 Batch = Mapping[str, Array]
@@ -193,6 +195,7 @@ class DecoderOnlyModel:
 
   @property
   def feature_converter_cls(self) -> type[seqio.FeatureConverter]:
+    import seqio  # pylint: disable=g-import-not-at-top  (seqio imports TensorFlow: see api.py)
     return seqio.PrefixLMFeatureConverter if self.prefix_lm else seqio.DecoderFeatureConverter
 
   def get_initial_variables(self, rng: Array, input_shapes: Mapping[str, tuple[int, ...]],

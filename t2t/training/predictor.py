@@ -17,15 +17,17 @@ the outputs are gathered to every host (`process_allgather`) before they are ret
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import flax.linen as nn
 import jax
 import numpy as np
-import tensorflow as tf
 
 from t2t.training import checkpoints
 from t2t.training.partitioning import Partitioner
+
+if TYPE_CHECKING:  # seqio's datasets; decoding itself runs without TensorFlow (an accelerator image)
+  import tensorflow as tf
 
 MIN_BUCKET = 16
 

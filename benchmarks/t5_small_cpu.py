@@ -90,21 +90,22 @@ def model_flops(c: T5Config, batch: int, enc_len: int, dec_len: int, gen_len: in
 
   Re-derives /work/shared/bench/t5_small_flops.py (`forward`, `decode_flops`) for any sizes; beam search
   runs every decode step on batch * beams rows (encoder and cross-attention K/V once per input row).
+  A gated FFN (T5 v1.1's gated-GELU) has one input projection per activation, so two.
   """
   d, inner, f, v = c.d_model, c.num_heads * c.d_kv, c.d_ff, c.vocab_size
   proj = lambda tokens, n_in, n_out: 2 * tokens * n_in * n_out
+  ffn = lambda tokens: len(c.mlp_activations) * proj(tokens, d, f) + proj(tokens, f, d)
   te, td = batch * enc_len, batch * dec_len
-  enc_layer = (4 * proj(te, d, inner) + 4 * batch * enc_len * enc_len * inner
-               + proj(te, d, f) + proj(te, f, d))
+  enc_layer = 4 * proj(te, d, inner) + 4 * batch * enc_len * enc_len * inner + ffn(te)
   dec_layer = (4 * proj(td, d, inner) + 4 * batch * dec_len * dec_len * inner
                + 2 * proj(td, d, inner) + 2 * proj(te, d, inner)
-               + 4 * batch * dec_len * enc_len * inner + proj(td, d, f) + proj(td, f, d))
+               + 4 * batch * dec_len * enc_len * inner + ffn(td))
   encoder = c.num_encoder_layers * enc_layer
   forward = encoder + c.num_decoder_layers * dec_layer + proj(td, d, v)
   rows = batch * beams
   cross_kv = c.num_decoder_layers * 2 * proj(te, d, inner)
   step_layer = (4 * proj(rows, d, inner) + 4 * rows * gen_len * inner + 2 * proj(rows, d, inner)
-                + 4 * rows * enc_len * inner + proj(rows, d, f) + proj(rows, f, d))
+                + 4 * rows * enc_len * inner + ffn(rows))
   per_step = c.num_decoder_layers * step_layer + proj(rows, d, v)
   return dict(forward=forward, train_step=3 * forward,
               decode=encoder + cross_kv + gen_len * per_step)
@@ -264,14 +265,15 @@ def peer_unavailable(peer: Path) -> str | None:
 
 def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads: int,
              flops: int, timeout_s: float = 3600.0, precision: str = 'fp32',
-             gen_len: int = PEER_SHAPES['gen_len'], peer_malloc: str = 'system'
-             ) -> tuple[dict[str, Any] | None, str | None]:
+             gen_len: int = PEER_SHAPES['gen_len'], peer_malloc: str = 'system',
+             extra_args: Sequence[str] = ()) -> tuple[dict[str, Any] | None, str | None]:
   """Runs the peer script; returns (its summary + raw result, None) or (None, why it did not run).
 
   `precision` 'bf16' runs the peer under torch.autocast('cpu', bfloat16), its mixed precision;
   `gen_len` is the number of tokens it decodes per row (decode mode); `peer_malloc` 'retain'
   starts it with t2t's host malloc settings as glibc tunables (`host_memory.GLIBC_TUNABLES`),
-  'system' (default) as a user runs it.
+  'system' (default) as a user runs it. `extra_args` go to the script as they are (`t5_gpu`: its
+  model, device and shapes).
   """
   why = peer_unavailable(peer)
   if why:
@@ -282,6 +284,7 @@ def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads
     cmd += ['--gen-len', str(gen_len)]
   if precision == 'bf16':
     cmd.append('--bf16-autocast')
+  cmd += list(extra_args)
   if peer_malloc not in ('system', 'retain'):
     raise ValueError(f'--peer-malloc must be "system" or "retain", got {peer_malloc!r}.')
   env = dict(os.environ)

@@ -376,16 +376,22 @@ class Trainer:
     the compiled program lands in the jit's cache, so the call that follows finds it. The
     values' shardings and the mesh context are part of that cache's key, hence both here.
     """
+    state, rep = self.abstract_state(), self.partitioner.replicated
+    return self._update_step.lower(state, state.params,
+                                   jax.ShapeDtypeStruct((), jnp.float32, sharding=rep))
+
+  def abstract_state(self) -> TrainState:
+    """The train state as `jax.ShapeDtypeStruct`s with this Trainer's shardings (no memory): what
+    the step's programs are lowered for ahead of a call (`_lower_update`; for another platform,
+    tests/training/test_gpu_lowering.py)."""
     rep = self.partitioner.replicated
     placed = lambda a, sharding: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
-    params = jax.tree.map(placed, self.params_abstract, self.params_shardings)
     scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)
-    state = TrainState(step=scalar, params=params,
-                       opt_state=jax.tree.map(placed, self.opt_state_abstract,
-                                              self.opt_state_shardings),
-                       nonfinite_steps=scalar, first_nonfinite_step=scalar, nonfinite_what=scalar)
-    return self._update_step.lower(state, params,
-                                   jax.ShapeDtypeStruct((), jnp.float32, sharding=rep))
+    return TrainState(step=scalar, params=jax.tree.map(placed, self.params_abstract,
+                                                       self.params_shardings),
+                      opt_state=jax.tree.map(placed, self.opt_state_abstract,
+                                             self.opt_state_shardings),
+                      nonfinite_steps=scalar, first_nonfinite_step=scalar, nonfinite_what=scalar)
 
   def check_finite(self, step: int, state: TrainState,
                    counts: tuple[Any, Any, Any] | None = None) -> None:

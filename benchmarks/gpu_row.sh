@@ -7,10 +7,12 @@
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp -d .whl gin-config==0.5.0
-# Then the device call (about 5 minutes on an H200, most of it compiling and the peer's imports):
+# Then the device call (a few minutes on an H200, most of it compiling and the peer's imports):
 #   run(command="bash benchmarks/gpu_row.sh", carry=[".whl"], timeout_s=540)
-# and the JSON and log come back under $OUT; add the row to README "Performance" from the JSON.
-# Extra arguments go to benchmarks.t5_gpu (e.g. --parts train --batch 128).
+# Each part (train, greedy, beam4) runs in a process of its own and writes its own JSON and log
+# under $OUT as soon as it ends, so a part that fails or runs out of time loses only itself.
+# PARTS="train greedy" picks parts; extra arguments go to every benchmarks.t5_gpu call (e.g.
+# --batch 128). Add the row to README "Performance" from the JSONs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/t5_gpu_out}"
@@ -24,4 +26,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv \
     | tee "$out/nvidia_smi.csv" || true
 python3 -c 'import jax, torch; print("jax", jax.__version__, jax.devices(), "torch", torch.__version__, torch.cuda.is_available())'
-python3 -m benchmarks.t5_gpu --out "$out/t5_gpu.json" "$@" 2> >(tee "$out/t5_gpu.log" >&2)
+status=0
+for part in ${PARTS:-train greedy beam4}; do
+  python3 -m benchmarks.t5_gpu --parts "$part" --out "$out/t5_gpu_$part.json" "$@" \
+      2> >(tee "$out/t5_gpu_$part.log" >&2) || { status=$?; echo "t5_gpu --parts $part failed (rc $status)" >&2; }
+done
+exit $status

@@ -7,7 +7,7 @@
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp -d .whl gin-config==0.5.0
-# Then the device call (a few minutes on an H200, most of it compiling and the peer's imports):
+# Then the device call (its length on a GPU is not yet known: nothing has run there):
 #   run(command="bash benchmarks/gpu_row.sh", carry=[".whl"], timeout_s=540)
 # Each part (train, greedy, beam4) runs in a process of its own and writes its own JSON and log
 # under $OUT as soon as it ends, so a part that fails or runs out of time loses only itself.

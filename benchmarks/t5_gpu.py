@@ -42,8 +42,9 @@ import jax  # first: JAX reads JAX_PLATFORMS on import, before t5_small_cpu sets
 import jax.numpy as jnp
 
 from benchmarks import machine, matmul_roof
+from benchmarks.report import _fmt
 from benchmarks.t5_small_cpu import (_check_common, bench_decode, bench_train, default_peer_path,
-                                     model_flops, peer_unavailable, run_peer)
+                                     peer_unavailable, run_peer)
 from t2t.models.transformer import T5Config
 
 PLATFORMS = ('gpu', 'cpu')
@@ -182,10 +183,6 @@ def run(platform_info: dict[str, Any], *, parts: Sequence[str] = PARTS, tiny: bo
               results=results, sections=sections, loaded=any(s['loaded'] for s in sections),
               versions=machine.versions(),
               flops_source='benchmarks/t5_small_cpu.py model_flops (matmuls, 3x forward to train)')
-
-
-def _fmt(x: float | None, spec: str) -> str:
-  return '-' if x is None else format(x, spec)
 
 
 def table(result: dict[str, Any]) -> str:

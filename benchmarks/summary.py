@@ -2,12 +2,15 @@
 
     python -m benchmarks.summary benchmarks/results/2026-11-30_t5_small_cpu_all_fp32_zen3_run*.json
     python -m benchmarks.summary FILES... --json          # the same numbers as JSON
+    python -m benchmarks.summary FILES... --plot FIG.png  # and a figure: one dot per run
 
 One run is worth little on a VM whose speed moves by 20-35% over an hour (README, Performance), so
 the README states each target as the median of several runs' medians, their range, and in how many
 runs it was met. This computes exactly that from the runs' JSON, grouped by processor (the JSON's
 `machine.cpu_identity`) and precision, so the summary is regenerated rather than transcribed:
-a markdown table with one column per group, or `--json`.
+a markdown table with one column per group, or `--json`. `--plot` draws what the table condenses:
+one panel per target, each run a dot (filled where it met the target), the groups' medians and the
+threshold, so a reader sees how far a "9 of 11" is from the line and how much the VM spreads.
 
 A run measured on a loaded machine (`loaded` in its JSON) is left out and named, unless
 `--include-loaded`; a file that is not a `t5_small_cpu` result in `all` mode is refused by name.
@@ -119,12 +122,85 @@ def markdown(summary: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
+def points(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, list[tuple[float, bool]]]]:
+  """{target: {group: [(measured, met), ...]}}: each run's value of each target, runs in the order
+  they were measured (`machine.date_utc`), groups sorted as `summarise` sorts them; runs that did
+  not measure a target are left out."""
+  by_group: dict[str, list[dict[str, Any]]] = {}
+  for result in sorted(results.values(),
+                       key=lambda r: (r.get('machine') or {}).get('date_utc') or ''):
+    by_group.setdefault(group_key(result), []).append(result)
+  out: dict[str, dict[str, list[tuple[float, bool]]]] = {}
+  for target, *_ in report.TARGETS:
+    out[target] = {}
+    for key, runs in sorted(by_group.items()):
+      values = [(r['targets'][target]['measured'], bool(r['targets'][target]['met']))
+                for r in runs if r['targets'].get(target, {}).get('measured') is not None]
+      if values:
+        out[target][key] = values
+  return out
+
+
+def plot(results: dict[str, dict[str, Any]], path: str):
+  """Writes the figure of `points(results)` to `path` (PNG by its extension); returns the Figure.
+
+  Panel per target: x = group (processor, precision), one dot per run spread across its slot in
+  the order the runs were measured (filled: met; hollow: missed), a black bar at the group's median, the target as a dashed line.
+  """
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  data = points(results)
+  groups = sorted({g for per_group in data.values() for g in per_group})
+  fig, axes = plt.subplots(1, len(report.TARGETS), figsize=(3.0 * len(report.TARGETS), 3.6))
+  for ax, (target, what, op, threshold) in zip(axes, report.TARGETS):
+    scale = 100.0 if target == 'train_roof_fraction' else 1.0
+    for i, group in enumerate(groups):
+      runs = data[target].get(group, [])
+      if not runs:
+        continue
+      xs = [i + x for x in _spread_offsets(len(runs))]
+      ys = [v * scale for v, _ in runs]
+      colors = ['tab:green' if met else 'tab:red' for _, met in runs]
+      ax.scatter(xs, ys, s=22, facecolors=[c if met else 'none' for c, (_, met) in
+                                           zip(colors, runs)], edgecolors=colors, zorder=3)
+      median = statistics.median(ys)
+      ax.plot([i - 0.3, i + 0.3], [median, median], color='black', linewidth=2, zorder=2)
+    ax.axhline(threshold * scale, color='grey', linestyle='--', linewidth=1, zorder=1,
+               label=f'target {op} {threshold * scale:g}')
+    ax.set_xticks(range(len(groups)), [g.replace(', ', '\n') for g in groups])
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set_title(_PANEL_TITLES[target], fontsize=9)
+    ax.legend(fontsize=7, loc='best')
+    ax.grid(axis='y', alpha=0.3)
+  fig.suptitle(f't5_small_cpu all: {sum(len(v) for v in data[report.TARGETS[0][0]].values())} '
+               'runs, one dot each, left to right in time (filled: target met), bar: median', fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return fig
+
+
+# Short panel titles with the unit of the y axis.
+_PANEL_TITLES = {'train_speedup': 'train step: HF / t2t (x)',
+                 'train_roof_fraction': 'train: % of the matmul roof',
+                 'greedy_speedup': 'greedy: HF / t2t (x)',
+                 'beam4_speedup': 'beam 4: HF / t2t (x)',
+                 'compile_and_first_s': 'compile + first step (s)'}
+
+
+def _spread_offsets(n: int) -> list[float]:
+  """n x-offsets evenly across +-0.25 of a slot (0 for one run): dots side by side, no jitter."""
+  return [0.0] if n == 1 else [-0.25 + 0.5 * k / (n - 1) for k in range(n)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('files', nargs='+', help='t5_small_cpu `all` result JSON files')
   ap.add_argument('--json', action='store_true', help='print the summary as JSON')
   ap.add_argument('--include-loaded', action='store_true',
                   help='keep runs measured on a loaded machine (left out by default)')
+  ap.add_argument('--plot', metavar='PATH', help='also draw the runs target by target (a PNG)')
   args = ap.parse_args(argv)
   try:
     results = {path: load(path) for path in args.files}
@@ -141,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   summary = summarise(results)
   print(json.dumps(summary, indent=1) if args.json else markdown(summary))
+  if args.plot:
+    plot(results, args.plot)
+    print(f'wrote {args.plot}', file=sys.stderr)
   return 0
 
 

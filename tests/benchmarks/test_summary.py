@@ -82,3 +82,29 @@ def test_a_file_that_is_not_an_all_run_is_refused_by_name(tmp_path, capsys):
   broken.write_text('{"benchmark": ')
   assert summary.main([str(broken)]) == 2
   assert f'error: {broken}: cannot read it as JSON' in capsys.readouterr().err
+
+
+def test_plot_draws_each_run_as_a_dot_with_the_median_and_the_target(tmp_path, capsys):
+  early, late = _fake('Zen 4', 1.4, False), _fake('Zen 4', 1.8, True)
+  early['machine']['date_utc'], late['machine']['date_utc'] = '2026-11-30T09:00Z', '2026-11-30T11:00Z'
+  files = [_write(tmp_path, 'late.json', late), _write(tmp_path, 'early.json', early),
+           _write(tmp_path, 'zen3.json', _fake('Zen 3', 1.7, True))]
+  results = {f: summary.load(f) for f in files}
+  # In time order whatever the files' order; the roof fraction stays a fraction here.
+  assert summary.points(results)['train_speedup'] == {
+      'Zen 3, fp32': [(1.7, True)], 'Zen 4, fp32': [(1.4, False), (1.8, True)]}
+  fig = summary.plot(results, str(tmp_path / 'targets.png'))
+  train, roof = fig.axes[0], fig.axes[1]
+  dots = [c for c in train.collections]
+  assert [len(c.get_offsets()) for c in dots] == [1, 2]  # Zen 3's one run, Zen 4's two
+  assert [list(map(float, c.get_offsets()[:, 1])) for c in dots] == [[1.7], [1.4, 1.8]]
+  assert list(dots[1].get_offsets()[:, 0]) == [0.75, 1.25]  # Zen 4's slot, earliest left
+  assert dots[1].get_facecolors()[0][3] == 0.0 and dots[1].get_facecolors()[1][3] == 1.0  # missed: hollow
+  lines = {tuple(line.get_ydata()) for line in train.get_lines()}
+  assert {(1.5, 1.5), (1.7, 1.7), (1.6, 1.6)} <= lines  # the target, Zen 3's one run, Zen 4's median
+  assert (70.0, 70.0) in {tuple(line.get_ydata()) for line in roof.get_lines()}  # in percent
+  assert [t.get_text() for t in train.get_xticklabels()] == ['Zen 3\nfp32', 'Zen 4\nfp32']
+  png = tmp_path / 'targets.png'
+  assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert summary.main([*files, '--plot', str(tmp_path / 'cli.png')]) == 0
+  assert (tmp_path / 'cli.png').stat().st_size > 10_000 and 'wrote' in capsys.readouterr().err

@@ -24,6 +24,7 @@ import sys
 from typing import Any, Sequence
 
 from benchmarks import report
+from t2t.reports import common
 
 # The targets' units in the table: ratios as 'x', the roof fraction as %, the cold start in s.
 _FORMATS = {'train_speedup': '{:.2f}x', 'train_roof_fraction': '{:.0%}',
@@ -72,16 +73,16 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
   groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
   for name, result in results.items():
     groups.setdefault(group_key(result), []).append((name, result))
+  per_run = points(results)
   out = {}
   for key, runs in sorted(groups.items()):
     dates = sorted((r.get('machine') or {}).get('date_utc') or '' for _, r in runs)
     targets = {}
-    for target, *_ in report.TARGETS:
-      entries = [r['targets'][target] for _, r in runs
-                 if r['targets'].get(target, {}).get('measured') is not None]
-      if entries:
-        targets[target] = dict(**_spread([e['measured'] for e in entries]),
-                               met=sum(bool(e['met']) for e in entries), of=len(entries))
+    for target, per_group in per_run.items():
+      if key in per_group:
+        values = per_group[key]
+        targets[target] = dict(**_spread([v for v, _ in values]),
+                               met=sum(met for _, met in values), of=len(values))
     seconds = {}
     for target, mode in _SIDES.items():
       for side in ('t2t', 'peer'):
@@ -145,15 +146,14 @@ def plot(results: dict[str, dict[str, Any]], path: str):
   """Writes the figure of `points(results)` to `path` (PNG by its extension); returns the Figure.
 
   Panel per target: x = group (processor, precision), one dot per run spread across its slot in
-  the order the runs were measured (filled: met; hollow: missed), a black bar at the group's median, the target as a dashed line.
+  the order the runs were measured (filled: met; hollow: missed), a black bar at the group's
+  median, the target as a dashed line.
   """
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  plt = common.pyplot()
   data = points(results)
   groups = sorted({g for per_group in data.values() for g in per_group})
   fig, axes = plt.subplots(1, len(report.TARGETS), figsize=(3.0 * len(report.TARGETS), 3.6))
-  for ax, (target, what, op, threshold) in zip(axes, report.TARGETS):
+  for ax, (target, _, op, threshold) in zip(axes, report.TARGETS):
     scale = 100.0 if target == 'train_roof_fraction' else 1.0
     for i, group in enumerate(groups):
       runs = data[target].get(group, [])
@@ -161,9 +161,9 @@ def plot(results: dict[str, dict[str, Any]], path: str):
         continue
       xs = [i + x for x in _spread_offsets(len(runs))]
       ys = [v * scale for v, _ in runs]
-      colors = ['tab:green' if met else 'tab:red' for _, met in runs]
-      ax.scatter(xs, ys, s=22, facecolors=[c if met else 'none' for c, (_, met) in
-                                           zip(colors, runs)], edgecolors=colors, zorder=3)
+      edges = ['tab:green' if met else 'tab:red' for _, met in runs]
+      faces = ['tab:green' if met else 'none' for _, met in runs]
+      ax.scatter(xs, ys, s=22, facecolors=faces, edgecolors=edges, zorder=3)
       median = statistics.median(ys)
       ax.plot([i - 0.3, i + 0.3], [median, median], color='black', linewidth=2, zorder=2)
     ax.axhline(threshold * scale, color='grey', linestyle='--', linewidth=1, zorder=1,

@@ -62,7 +62,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from t2t import errors
-from t2t.training import distributed, paths, reporting
+from t2t.training import distributed, late_reads, paths, reporting
 
 STEP_PREFIX = "checkpoint"
 
@@ -211,6 +211,7 @@ class Checkpointer:
         p, o, meta = self.restore(step, params, params_shardings, opt_state,
                                   opt_state_shardings, checked=True)
       except Exception as e:  # noqa: BLE001
+        late_reads.ignore_late_read_completions()  # the step's other reads may still be running
         if _is_resource_failure(e):  # out of memory is no sign of damage: keep the traceback
           raise
         last_error = self._set_aside(step, "params", e)
@@ -464,8 +465,12 @@ def load_params(path: str, params_abstract: Any, params_shardings: Any,
     meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     check_vocabulary(meta, vocabulary, where)  # first: another vocabulary explains a shape
     check_compatible(meta["param_shapes"], param_shapes(params_abstract), where)
-    params = manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(abstract_arrays(params_abstract, params_shardings))))["params"]
+    try:
+      params = manager.restore(step, args=ocp.args.Composite(
+          params=ocp.args.StandardRestore(abstract_arrays(params_abstract, params_shardings))))["params"]
+    except Exception:
+      late_reads.ignore_late_read_completions()  # the error is the report; not its stragglers
+      raise
   finally:
     manager.close()
   return params, step

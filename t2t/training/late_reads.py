@@ -1,0 +1,57 @@
+"""Silences the reads a failed checkpoint restore leaves behind, and nothing else.
+
+orbax runs a restore's reads in a fresh asyncio event loop (`asyncio_utils.run_sync`, orbax
+0.12) and closes that loop as soon as the restore coroutine ends. When one array file is damaged,
+its read fails and ends the coroutine while tensorstore is still reading the step's other files
+on its own threads. Each of those reads, on finishing, hands its result to the closed loop
+(`loop.call_soon_threadsafe` with the `tensorstore.Future`), which raises
+`RuntimeError('Event loop is closed')` on tensorstore's thread; Python reports it through
+`sys.unraisablehook` as "Exception ignored in: None" and a traceback, printed after t2t's own
+one-line report of the damaged checkpoint. Nothing is lost (nobody waits for those results), but
+a user is shown a traceback for an error that was already handled.
+
+`ignore_late_read_completions()` wraps the current `sys.unraisablehook` so that exactly those
+reports are dropped: a RuntimeError "Event loop is closed" raised in `call_soon_threadsafe` whose
+arguments include a `tensorstore.Future`. Every other unraisable exception goes to the previous
+hook unchanged. t2t installs it only once a restore has failed (the only time such late reads
+exist), and it stays installed because they may finish at any moment afterwards.
+"""
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Callable
+
+_installed: Callable[[Any], object] | None = None
+
+
+def is_late_read_completion(exc_value: BaseException | None,
+                            exc_traceback: types.TracebackType | None) -> bool:
+  """Whether an unraisable exception is a tensorstore read delivered to a closed event loop."""
+  if not isinstance(exc_value, RuntimeError) or str(exc_value) != "Event loop is closed":
+    return False
+  tb = exc_traceback
+  while tb is not None:
+    frame = tb.tb_frame
+    if frame.f_code.co_name == "call_soon_threadsafe":
+      args = frame.f_locals.get("args") or ()
+      return any(type(a).__module__ == "tensorstore" and type(a).__name__ == "Future"
+                 for a in args)
+    tb = tb.tb_next
+  return False
+
+
+def ignore_late_read_completions() -> None:
+  """Installs the filter in front of the current `sys.unraisablehook` (once; idempotent)."""
+  global _installed
+  if _installed is not None and sys.unraisablehook is _installed:
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable: Any) -> None:
+    if is_late_read_completion(unraisable.exc_value, unraisable.exc_traceback):
+      return
+    previous(unraisable)
+
+  _installed = hook
+  sys.unraisablehook = hook

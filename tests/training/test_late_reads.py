@@ -1,0 +1,69 @@
+"""The filter for tensorstore reads that finish after orbax closed its event loop."""
+import asyncio
+import gc
+import sys
+
+import pytest
+import tensorstore as ts
+
+from t2t.training import late_reads
+
+
+def _read_left_running_by_a_failed_restore():
+  """What orbax's failed restore leaves: a coroutine awaiting a tensorstore read, ended early by
+  another read's error, in a loop that is then closed. Returns the read's promise."""
+  promise, future = ts.Promise.new()
+
+  async def read():
+    return await future
+
+  async def restore():
+    asyncio.ensure_future(read())
+    await asyncio.sleep(0.01)  # the read is now awaiting tensorstore
+    raise OSError("a damaged array file")
+
+  loop = asyncio.new_event_loop()
+  with pytest.raises(OSError):
+    loop.run_until_complete(restore())
+  loop.close()
+  return promise
+
+
+@pytest.fixture
+def reported(monkeypatch):
+  seen = []
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
+  monkeypatch.setattr(late_reads, "_installed", None)
+  return seen
+
+
+def test_a_late_read_is_reported_without_the_filter(reported):
+  _read_left_running_by_a_failed_restore().set_result(1)
+  assert [str(e) for e in reported] == ["Event loop is closed"]
+
+
+def test_the_filter_drops_the_late_read_and_nothing_else(reported):
+  late_reads.ignore_late_read_completions()
+  late_reads.ignore_late_read_completions()  # idempotent: one wrapper, not two
+  _read_left_running_by_a_failed_restore().set_result(1)
+  assert reported == []
+
+  class Broken:
+    def __del__(self):
+      raise RuntimeError("Event loop is closed")  # same text, not a late read
+
+  Broken()
+  gc.collect()
+  assert [str(e) for e in reported] == ["Event loop is closed"]
+
+
+def test_only_call_soon_threadsafe_with_a_tensorstore_future_matches():
+  loop = asyncio.new_event_loop()
+  loop.close()
+  _, future = ts.Promise.new()
+  for args, expected in (((future,), True), ((object(),), False)):
+    with pytest.raises(RuntimeError) as info:
+      loop.call_soon_threadsafe(print, *args)
+    assert late_reads.is_late_read_completion(info.value, info.value.__traceback__) is expected
+  other = RuntimeError("something else")
+  assert not late_reads.is_late_read_completion(other, None)

@@ -199,8 +199,10 @@ def merge_checkpoint(lora_path: str, out_dir: str, alpha: float) -> str:
   manager = ocp.CheckpointManager(model_dir, item_names=('params',), options=(
       ocp.CheckpointManagerOptions(step_prefix=checkpoints.STEP_PREFIX, read_only=True)))
   try:
-    params = manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore()))['params']
+    with checkpoints.reading(f'{model_dir.rstrip("/")}/{checkpoints.STEP_PREFIX}_{step}',
+                             'params'):
+      params = manager.restore(step, args=ocp.args.Composite(
+          params=ocp.args.StandardRestore()))['params']
   finally:
     manager.close()
   ranks = {int(np.shape(v)[-1]) for k, v in traverse_util.flatten_dict(params, sep='/').items()

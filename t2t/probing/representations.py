@@ -109,8 +109,10 @@ def load_encoder_params(encoder: nn.Module, path: str) -> tuple[Any, int]:
   manager = ocp.CheckpointManager(
       model_dir, item_names=("params", "meta"),
       options=ocp.CheckpointManagerOptions(step_prefix=checkpoints.STEP_PREFIX, read_only=True))
+  step_dir = f"{model_dir.rstrip('/')}/{checkpoints.STEP_PREFIX}_{step}"
   try:
-    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    with checkpoints.reading(step_dir, "meta"):
+      meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     saved = meta["param_shapes"]
     plan = warm_start.plan_restore(saved, checkpoints.param_shapes(abstract))
     if plan.reinitialised:
@@ -128,9 +130,10 @@ def load_encoder_params(encoder: nn.Module, path: str) -> tuple[Any, int]:
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
                           abstract)
-    params = manager.restore(step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-        partial_restore=True)))["params"]
+    with checkpoints.reading(step_dir, "params"):
+      params = manager.restore(step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(
+          item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+          partial_restore=True)))["params"]
   finally:
     manager.close()
   return params, step

@@ -29,7 +29,9 @@ A finished checkpoint damaged later (a truncated or garbled file) is caught by
 aside to `checkpoint_<N>.corrupt` (not a step name, so orbax neither restores it nor counts it
 against `keep`) and restores the previous one. Retention then never deletes the only good
 checkpoint: orbax removes old steps only after a new one is finalised, and the damaged ones are
-no longer counted.
+no longer counted. The loaders of one given checkpoint (`load_params`, warm starts, probing,
+LoRA merges) read it inside `reading`, which reports a failed read as CorruptCheckpointError in
+one line naming the file instead of tensorstore's kilobytes of spec.
 
 Asynchronous saves: orbax copies the arrays to host memory in `save` and writes them in a
 background thread, so training goes on while the disk works (`save(..., blocking=False)`, as
@@ -49,13 +51,14 @@ after a new one is finalised) is intact for a rerun.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import re
 import shutil
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -72,7 +75,9 @@ class CheckpointMismatchError(ValueError):
 
 
 class CorruptCheckpointError(errors.UserError):
-  """Every checkpoint in a model directory is unreadable (nothing good to resume from)."""
+  """A checkpoint's files do not read back (truncated or damaged): the one asked for
+  (`load_params`, a warm start, probing, a LoRA merge) or, for a resume, every one in the model
+  directory."""
 
 
 class DiskFullError(errors.UserError):
@@ -226,10 +231,8 @@ class Checkpointer:
 
   def _set_aside(self, step: int, item: str, error: BaseException) -> BaseException:
     """Reports a damaged step in one line and moves it out of orbax's sight."""
-    where = _culprit_file(str(error), self.step_dir(step)) or f"{self.step_dir(step)}/{item}"
-    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
     reporting.announce(
-        f"Checkpoint {step} is corrupted ({where}: {type(error).__name__}: {first}); "
+        f"Checkpoint {step} is corrupted ({_read_failure(self.step_dir(step), item, error)}); "
         f"moving it aside to {STEP_PREFIX}_{step}{CORRUPT_SUFFIX} and using the previous one.")
     if distributed.is_writer():
       src = paths.resolve(self.step_dir(step))
@@ -397,6 +400,34 @@ def _is_disk_full(e: BaseException | None) -> bool:
   return False
 
 
+def _read_failure(step_dir: str, item: str, error: BaseException) -> str:
+  """"<file>: <ErrorType>: <first line of its message>" for a failed read of a checkpoint item,
+  the file being the deepest under `step_dir` the message names (else the item's directory);
+  tensorstore's messages run to kilobytes of JSON spec after their first sentence."""
+  where = _culprit_file(str(error), step_dir) or f"{step_dir.rstrip('/')}/{item}"
+  return f"{where}: {type(error).__name__}: {_first_line(error)}"
+
+
+@contextlib.contextmanager
+def reading(step_dir: str, item: str) -> Iterator[None]:
+  """Turns a failed read of one item of a checkpoint (`params`, `meta`) into a
+  CorruptCheckpointError in one line naming the file, chained to orbax's error (whose full text
+  `T2T_TRACEBACK=1` shows). Out of memory is no sign of damage and propagates unchanged, as do
+  t2t's own errors. For the loaders of a single checkpoint; a resume falls back instead
+  (`Checkpointer.restore_latest_good`).
+  """
+  try:
+    yield
+  except Exception as e:  # noqa: BLE001  (any read failure means the file is damaged)
+    late_reads.ignore_late_read_completions()  # the other files' reads may still be running
+    if _is_resource_failure(e) or isinstance(e, (CheckpointMismatchError, errors.UserError)):
+      raise
+    raise CorruptCheckpointError(
+        f"Checkpoint {step_dir} cannot be read ({_read_failure(step_dir, item, e)}). If the file "
+        "is truncated or damaged, restore it from a backup or point to another checkpoint "
+        "(e.g. an earlier checkpoint_<N> directory of the same run).") from e
+
+
 def _first_line(e: BaseException) -> str:
   text = str(e).strip()
   return (text.splitlines()[0][:200] if text else type(e).__name__)
@@ -417,12 +448,13 @@ def _remove(path: str) -> None:
 
 
 def _culprit_file(message: str, step_dir: str) -> str | None:
-  """The first path under `step_dir` that an orbax/tensorstore error message mentions."""
-  m = re.search(re.escape(step_dir.rstrip("/")) + r"/[^\s'\"]+", message)
-  if m:
-    return m.group(0).rstrip(".,:;)]")
-  m = re.search(re.escape(os.path.basename(step_dir.rstrip("/"))) + r"/[^\s'\"]+", message)
-  return m.group(0).rstrip(".,:;)]") if m else None
+  """The deepest path under `step_dir` that an orbax/tensorstore error message mentions (its
+  messages name the item's database directory first, the damaged data file later)."""
+  for prefix in (step_dir.rstrip("/"), os.path.basename(step_dir.rstrip("/"))):
+    found = [m.rstrip(".,:;)]") for m in re.findall(re.escape(prefix) + r"/[^\s'\"]+", message)]
+    if found:
+      return max(found, key=lambda f: f.count("/"))
+  return None
 
 
 def resolve_checkpoint(path: str) -> tuple[str, int]:
@@ -462,15 +494,13 @@ def load_params(path: str, params_abstract: Any, params_shardings: Any,
       model_dir, item_names=("params", "meta"),
       options=ocp.CheckpointManagerOptions(step_prefix=STEP_PREFIX, read_only=True))
   try:
-    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    with reading(where, "meta"):
+      meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     check_vocabulary(meta, vocabulary, where)  # first: another vocabulary explains a shape
     check_compatible(meta["param_shapes"], param_shapes(params_abstract), where)
-    try:
+    with reading(where, "params"):
       params = manager.restore(step, args=ocp.args.Composite(
           params=ocp.args.StandardRestore(abstract_arrays(params_abstract, params_shardings))))["params"]
-    except Exception:
-      late_reads.ignore_late_read_completions()  # the error is the report; not its stragglers
-      raise
   finally:
     manager.close()
   return params, step

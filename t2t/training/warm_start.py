@@ -167,7 +167,8 @@ def restore_params(path: str, params_abstract: Any, params_shardings: Any,
       model_dir, item_names=("params", "meta"),
       options=ocp.CheckpointManagerOptions(step_prefix=checkpoints.STEP_PREFIX, read_only=True))
   try:
-    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    with checkpoints.reading(where, "meta"):
+      meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     checkpoints.check_vocabulary(meta, vocabulary, where)
     expected = checkpoints.param_shapes(params_abstract)
     plan = plan_restore(meta["param_shapes"], expected, reinitialize)
@@ -184,9 +185,12 @@ def restore_params(path: str, params_abstract: Any, params_shardings: Any,
         raise checkpoints.CheckpointMismatchError(f"{e} {PARTIAL_RESTORE_HINT}") from None
     wanted_names = set(plan.loaded)
     target = _subtree(checkpoints.abstract_arrays(params_abstract, params_shardings), wanted_names)
-    restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-        partial_restore=True)))["params"] if wanted_names else {}
+    restored = {}
+    if wanted_names:
+      with checkpoints.reading(where, "params"):
+        restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=True)))["params"]
   finally:
     manager.close()
   if len(plan.loaded) == len(expected):

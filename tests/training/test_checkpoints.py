@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2t import errors
 from t2t.training import checkpoints
 from t2t.training.partitioning import Partitioner
 
@@ -83,6 +84,46 @@ def test_load_params_errors(tmp_path):
     checkpoints.load_params(str(tmp_path / "nope"), _tree(), _replicated(_tree()))
   with pytest.raises(FileNotFoundError, match="No checkpoint"):
     checkpoints.load_params(str(tmp_path), _tree(), _replicated(_tree()))
+
+
+def _damage(step_dir, item):
+  """Truncates every array file of `params`, or garbles `meta`; returns a damaged file."""
+  if item == "meta":
+    _garble(os.path.join(step_dir, "meta", "metadata"))
+    return os.path.join(step_dir, "meta", "metadata")
+  victims = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(step_dir, "params"))
+             for f in fs if os.path.basename(r) == "d"]
+  for v in victims:
+    _garble(v, truncate=True)
+  return victims[0]
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("item", ["params", "meta"])
+def test_loading_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, item):
+  ckpt = checkpoints.Checkpointer(str(tmp_path))
+  ckpt.save(4, _tree(), {}, {})
+  ckpt.close()
+  _damage(str(tmp_path / "checkpoint_4"), item)
+  with pytest.raises(checkpoints.CorruptCheckpointError) as err:
+    checkpoints.load_params(str(tmp_path), _tree(), _replicated(_tree()))
+  message = str(err.value)
+  assert "\n" not in message and len(message) < 700, message  # not tensorstore's JSON spec
+  assert f"Checkpoint {tmp_path}/checkpoint_4 cannot be read ({tmp_path}/checkpoint_4/{item}" \
+      in message, message
+  assert "restore it from a backup" in message
+  assert errors.is_user_error(err.value)  # the CLI prints it alone
+  assert err.value.__cause__ is not None  # orbax's own error, for T2T_TRACEBACK=1
+  assert os.listdir(tmp_path) == ["checkpoint_4"]  # a load never moves anything
+
+
+def test_reading_lets_mismatches_and_out_of_memory_through(tmp_path):
+  with pytest.raises(checkpoints.CheckpointMismatchError):
+    with checkpoints.reading("somewhere/checkpoint_1", "params"):
+      raise checkpoints.CheckpointMismatchError("other shapes")
+  with pytest.raises(ValueError, match="RESOURCE_EXHAUSTED"):
+    with checkpoints.reading("somewhere/checkpoint_1", "params"):
+      raise ValueError("RESOURCE_EXHAUSTED: out of memory while reading")
 
 
 def _two_steps(tmp_path):

@@ -1,4 +1,6 @@
 """Tests for t2t/training/warm_start.py: partial restore plans, their report, T5 layer changes."""
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -90,6 +92,18 @@ def test_without_partial_restore_a_mismatch_says_how_to_ask_for_it(tmp_path):
   message = str(err.value)
   assert "encoder/layers_2/kernel" in message  # the first mismatch, by name
   assert "train.partial_restore = True" in message and "--gin.train.partial_restore=True" in message
+
+
+def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path):
+  path = _saved(tmp_path)
+  data_dir = tmp_path / "checkpoint_3" / "params" / "d"
+  for f in os.listdir(data_dir):
+    (data_dir / f).write_bytes((data_dir / f).read_bytes()[:10])
+  with pytest.raises(checkpoints.CorruptCheckpointError,
+                     match=f"Checkpoint {tmp_path}/checkpoint_3 cannot be read "
+                           f"\\({tmp_path}/checkpoint_3/params/d/"):
+    warm_start.restore_params(path, _model_tree(), _replicated(_model_tree()), _fresh,
+                              partial=True)
 
 
 def test_matching_checkpoint_loads_fully_without_initialising(tmp_path):

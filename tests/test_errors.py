@@ -292,6 +292,7 @@ def test_the_catalogue_lists_every_case():
                  "BertConfig.max_position_embeddings", "relative position",
                  # rows whose tests live beside their modules:
                  "is corrupted", "No readable checkpoint",  # tests/training/test_checkpoints.py
+                 "cannot be read (DIR/checkpoint_N/params",  # ... and test_warm_start.py
                  "No space left on the device while writing checkpoint",  # ... and test_kill_resume
                  "was not finite"):  # tests/training/test_nonfinite.py
     assert phrase in text, phrase

@@ -35,6 +35,7 @@ import flax.linen as nn  # noqa: E402
 import gin  # noqa: E402
 
 from t2t import config as t2t_config  # noqa: E402
+from t2t import errors  # noqa: E402
 from t2t.models import hf_interop  # noqa: E402
 from t2t.models import transformer  # noqa: E402
 from t2t.models.transformer import T5Config, Transformer  # noqa: E402
@@ -254,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       print("\n".join("  " + line for line in gin_bindings(config)))
       print(f"Fine-tune from it with: --gin_file={os.path.join(args.output, MODEL_GIN)} "
             f"--gin_file=runs/finetune.gin --gin.INITIAL_CHECKPOINT_PATH={args.output}")
-  except (ValueError, FileNotFoundError) as e:
+  except (ValueError, FileNotFoundError, errors.UserError) as e:  # bad input: one line
     if os.environ.get("T2T_TRACEBACK"):
       raise
     print(f"error: {e}", file=sys.stderr)

@@ -24,10 +24,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--output", required=True, help="directory for the merged checkpoint")
   parser.add_argument("--alpha", type=float, required=True, help="the run's LoraModel.alpha")
   args = parser.parse_args(argv)
+  from t2t import errors  # pylint: disable=g-import-not-at-top
   from t2t.models import peft  # pylint: disable=g-import-not-at-top
   try:
     written = peft.merge_checkpoint(args.lora_dir, args.output, alpha=args.alpha)
-  except (ValueError, FileNotFoundError) as e:
+  except (ValueError, FileNotFoundError, errors.UserError) as e:  # bad input: one line
     print(f"error: {e}", file=sys.stderr)
     return 2
   print(f"Merged checkpoint written to {written}")

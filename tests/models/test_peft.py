@@ -172,7 +172,7 @@ def test_lora_factors_beside_targets_with_logical_axes():
         jax.random.PRNGKey(0), shapes)
 
 
-def test_lora_trains_only_factors_and_merged_base_model_is_equivalent(tmp_path):
+def test_lora_trains_only_factors_and_merged_base_model_is_equivalent(tmp_path, capsys):
   base = _model()
   lora = peft.LoraModel(base, targets=[r'attention/(query|value)/kernel$', r'mlp/wo/kernel$'],
                         rank=2, alpha=4.0)
@@ -215,3 +215,14 @@ def test_lora_run_exports_a_base_checkpoint(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(again), jax.device_get(loaded))
   assert merge_lora.main(['--lora_dir', str(tmp_path / 'nothing'), '--output',
                           str(tmp_path / 'x'), '--alpha', '8']) == 2
+  # A truncated array file: one line naming it, no traceback, nothing written.
+  data = tmp_path / 'lora' / 'checkpoint_2' / 'params' / 'd'
+  for f in data.iterdir():
+    f.write_bytes(f.read_bytes()[:16])
+  capsys.readouterr()
+  assert merge_lora.main(['--lora_dir', str(tmp_path / 'lora'), '--output',
+                          str(tmp_path / 'damaged'), '--alpha', '8']) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f'error: Checkpoint {tmp_path}/lora/checkpoint_2 cannot be read '
+                        f'({data}/'), err
+  assert not (tmp_path / 'damaged').exists()

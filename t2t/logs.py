@@ -9,9 +9,10 @@ warnings. None of it tells a t2t user anything they can act on, and it buries t2
 
 - sets `TF_CPP_MIN_LOG_LEVEL=3` before TensorFlow is imported (unless the user set it);
 - ignores Python warnings raised inside the libraries (t2t's own warnings still show);
-- filters file descriptor 2 through a thread that drops lines matching `NOISE` (C++ libraries
-  write there directly, so `sys.stderr` alone cannot be filtered); everything else, tracebacks
-  included, passes through unchanged, and `RESTATED` lines are replaced by t2t's own words.
+- filters file descriptor 2 through a thread that drops lines matching `NOISE`, with the
+  indented lines that continue them (C++ libraries write there directly, so `sys.stderr` alone
+  cannot be filtered); everything else, tracebacks included, passes through unchanged, and
+  `RESTATED` lines are replaced by t2t's own words (`LineFilter`).
 
 `T2T_VERBOSE=1` or an absl `--verbosity` / `-v` flag turns all of this off.
 """
@@ -80,6 +81,34 @@ def restate(line: str, said: set[str]) -> Optional[str]:
   return None
 
 
+class LineFilter:
+  """Decides, line by line, what of fd 2 reaches the terminal.
+
+  A noise line's indented continuation lines are noise too: absl prints a multi-line log
+  record's later lines as they are (seqio's "sequence lengths are longer than necessary"
+  warning leaked its "Got: ..." and "Max Lengths: ..." lines), and Python's warnings add the
+  indented source line. The first line that is not indented ends the record: a traceback begins
+  with "Traceback ...", so its indented frames are never taken for a record's continuation.
+  """
+
+  def __init__(self):
+    self._said: set[str] = set()
+    self._in_noise = False
+
+  def __call__(self, line: str) -> Optional[str]:
+    """The text to write for `line` (without its newline), or None to drop it."""
+    if self._in_noise and line[:1] in (" ", "\t"):
+      return None
+    self._in_noise = False
+    said = restate(line, self._said)
+    if said is not None:
+      return (said + "\n") if said else None
+    if is_noise(line):
+      self._in_noise = True
+      return None
+    return line + "\n"
+
+
 class _Fd2Filter:
   """Routes fd 2 through a pipe; a thread forwards the lines that are not noise."""
 
@@ -90,7 +119,7 @@ class _Fd2Filter:
     os.dup2(write, 2)
     os.close(write)
     self._read = read
-    self._said: set[str] = set()
+    self._lines = LineFilter()
     self._thread = threading.Thread(target=self._pump, name="t2t-stderr-filter", daemon=True)
     self._thread.start()
 
@@ -98,12 +127,9 @@ class _Fd2Filter:
     os.write(self._real, text.encode("utf-8", "replace"))
 
   def _line(self, line: str) -> None:
-    said = restate(line, self._said)
-    if said is not None:
-      if said:
-        self._emit(said + "\n")
-    elif not is_noise(line):
-      self._emit(line + "\n")
+    text = self._lines(line)
+    if text is not None:
+      self._emit(text)
 
   def _pump(self) -> None:
     pending = ""

@@ -64,6 +64,30 @@ def test_restated_once():
   assert logs.restate("Profile: ... View: tensorboard --logdir /m/profile (Profile tab)", said) is None
 
 
+def test_a_dropped_records_indented_lines_go_with_it():
+  lines = [
+      # seqio's multi-line absl warning, as t2t.eval printed it (the first line was dropped,
+      # "Got" and "Max Lengths" were not).
+      "W1130 21:40:02.123456 140078699338624 evaluation.py:477] Given sequence lengths are "
+      "longer than necessary for some evaluation inputs or targets.",
+      " Got: {'inputs': 32, 'targets': 4},",
+      " Max Lengths: {'inputs': 32, 'targets': 2}",
+      "",
+      "error: Checkpoint /m/checkpoint_1 cannot be read (...).",
+      "/x/site-packages/seqio/utils.py:12: UserWarning: something",
+      "  warnings.warn('something')",  # the source line Python's warnings add
+      "Traceback (most recent call last):",
+      '  File "/x/t2t/eval.py", line 3, in <module>',  # a traceback's frames stay
+      "ValueError: bad",
+      "  an indented t2t line after one of t2t's own",
+  ]
+  keep = logs.LineFilter()
+  assert [t for t in map(keep, lines) if t is not None] == [line + "\n" for line in (
+      "", "error: Checkpoint /m/checkpoint_1 cannot be read (...).",
+      "Traceback (most recent call last):", '  File "/x/t2t/eval.py", line 3, in <module>',
+      "ValueError: bad", "  an indented t2t line after one of t2t's own")]
+
+
 def test_train_is_quiet_and_verbose_on_request(two_runs):
   first, second, *_ = two_runs
   quiet = first.stdout + first.stderr

@@ -30,7 +30,7 @@ import gin
 import numpy as np
 import seqio
 
-from t2t.data import postprocessors, registry, vocabularies
+from t2t.data import integrity, postprocessors, registry, vocabularies
 from t2t.training import distributed, inputs, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
@@ -69,7 +69,8 @@ def evaluate(*,
   provider = registry.get_mixture_or_task(mixture_or_task_name)
   registry.check_split_readable(provider, split)
   tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
-  with postprocessing_guard(tasks) as invalid:
+  with postprocessing_guard(tasks) as invalid, integrity.naming_damaged_files(
+      mixture_or_task_name, split, training=False):  # a DataLossError names its file
     try:
       evaluator = seqio.Evaluator(
           mixture_or_task_name, model.feature_converter_cls(pack=False), eval_split=split,

@@ -56,6 +56,7 @@ from t2t import config
 from t2t.data import limited  # noqa: F401  (registers @limited_task for gin files)
 from t2t.data import registry
 from t2t.data import cache as cache_lib
+from t2t.data import integrity
 from t2t.training import adaptation, checkpoints, distributed, input_state, inputs, optim, paths
 from t2t.training import warm_start
 from t2t.training import preemption, profiling, reporting
@@ -109,8 +110,9 @@ def train(*,
     cache_lib.add_cache_dirs(cache_dirs)
     cache_lib.check_cached(mixture_or_task_name, "train")
   # An empty split would hang in repeat() or end the stream at step 0: refuse it before compiling.
-  registry.check_split_not_empty(provider, "train", task_feature_lengths,
-                                 use_cached=use_cached_tasks)
+  with integrity.naming_damaged_files(mixture_or_task_name, "train", use_cached_tasks):
+    registry.check_split_not_empty(provider, "train", task_feature_lengths,
+                                   use_cached=use_cached_tasks)
   partitioner = partitioner or Partitioner()
   partitioner.check_batch_size(batch_size)
   converter = model.feature_converter_cls(pack=use_packing)
@@ -230,7 +232,9 @@ def train(*,
     elif start < train_steps:
       if profiler is not None:   # a trace from the first step of this run on starts here
         profiler.start_hook(start, state, None, None)
-      state = trainer_lib.run_loop(tr, state, batches, train_steps, all_hooks, log_every,
+      named = integrity.NamingDamagedFiles(batches, mixture_or_task_name, "train",
+                                           use_cached_tasks)  # a DataLossError names its file
+      state = trainer_lib.run_loop(tr, state, named, train_steps, all_hooks, log_every,
                                    on_stop=stop)
     else:
       reporting.announce(

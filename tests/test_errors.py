@@ -293,6 +293,7 @@ def test_the_catalogue_lists_every_case():
                  # rows whose tests live beside their modules:
                  "is corrupted", "No readable checkpoint",  # tests/training/test_checkpoints.py
                  "cannot be read (DIR/checkpoint_N/params",  # ... and test_warm_start.py
+                 "Damaged data in the cache of",  # tests/data/test_cache.py
                  "No space left on the device while writing checkpoint",  # ... and test_kill_resume
                  "was not finite"):  # tests/training/test_nonfinite.py
     assert phrase in text, phrase

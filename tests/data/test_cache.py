@@ -7,6 +7,7 @@ read (T2T_TEST_NO_SOURCE=1), so the batches can only have come from the cache.
 import importlib
 import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 import seqio
 
 from t2t import train as train_lib
-from t2t.data import cache, vocabularies
+from t2t.data import cache, integrity, vocabularies
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import T5Config, Transformer
 from t2t.training import input_state
@@ -87,6 +88,32 @@ def test_training_reads_the_cache(cache_dir, tmp_path, monkeypatch):
                   hooks=[lambda step, state, metrics, batch: losses.append(metrics["loss"])])
   assert len(losses) == 2 and np.all(np.isfinite(losses))
   assert input_state.exists(str(tmp_path), 2)  # a TFRecord pipeline is checkpointable too
+
+
+def test_a_damaged_cache_shard_stops_training_with_its_name(cache_dir, tmp_path, monkeypatch):
+  damaged = tmp_path / "cache"
+  shutil.copytree(cache_dir, damaged)
+  shard = damaged / tiny_cached_task.TASK / "train.tfrecord-00001-of-00002"
+  shard.write_bytes(shard.read_bytes()[:-7])  # its last record cut short
+  monkeypatch.setenv("T2T_TEST_NO_SOURCE", "1")
+  monkeypatch.setattr(seqio.utils, "_GLOBAL_CACHE_DIRECTORIES", [])
+  tiny_cached_task.register()  # a fresh Task: seqio remembers where it found the cache
+  try:
+    with pytest.raises(integrity.DamagedDataError) as err:
+      train_lib.train(model=_model(), mixture_or_task_name=tiny_cached_task.TASK,
+                      task_feature_lengths=LENGTHS, train_steps=2, model_dir=str(tmp_path / "run"),
+                      batch_size=2, optimizer=optax.adam(1e-3), checkpoint_every=2,
+                      use_cached_tasks=True, cache_dirs=[str(damaged)])
+  finally:
+    monkeypatch.undo()
+    tiny_cached_task.register()  # forget the damaged copy
+  message = str(err.value)
+  assert message.startswith(
+      f"Damaged data in the cache of {tiny_cached_task.TASK!r} (split 'train'): "
+      f"{shard} of task {tiny_cached_task.TASK!r}: truncated record at "), message
+  assert (f"--tasks={tiny_cached_task.TASK} --output_cache_dir={damaged} " in message
+          and message.count("--overwrite") == 1), message
+  assert "USE_CACHED_TASKS = False" in message
 
 
 def test_uncacheable_or_uncached_tasks_are_clear_errors(tmp_path):

@@ -14,7 +14,8 @@ that error arrives hours in, from one shard of dozens. t2t therefore:
 - turns the DataLossError of a training run or an evaluation into a DamagedDataError naming the
   task, the damaged file(s) and the way to repair them (`damaged_data_error`; t2t.train reads its
   first examples inside `naming_damaged_files` and its batches through `NamingDamagedFiles`,
-  t2t.eval its examples inside `naming_damaged_files`), a run's checkpoints being intact;
+  t2t.eval and the validation schedule their examples inside `naming_damaged_files`), a run's
+  checkpoints being intact;
 - checks every file on request: `python -m t2t.data.integrity MIXTURE_OR_TASK [--split=train]
   [--use_cached] [--cache_dir=DIR] [--module_import=tasks]` (exit status 1 when one is damaged).
 """

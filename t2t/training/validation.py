@@ -30,6 +30,7 @@ import gin
 import numpy as np
 import seqio
 
+from t2t.data import integrity
 from t2t.training import checkpoints, distributed, optim, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.trainer import Control, TrainState
@@ -261,10 +262,11 @@ def _seqio_metrics_fn(model: Any, mixture_or_task_name: str, split: str,
                       batch_size: int, partitioner: Partitioner) -> MetricsFn:
   """Decodes `split` with the given parameters and computes each task's metrics."""
   from t2t.training.predictor import Predictor  # predictor imports checkpoints; no cycle here
-  evaluator = seqio.Evaluator(
-      mixture_or_task_name, model.feature_converter_cls(pack=False), eval_split=split,
-      sequence_length=dict(task_feature_lengths) if task_feature_lengths else None,
-      num_examples=num_examples, use_memory_cache=True)
+  with integrity.naming_damaged_files(mixture_or_task_name, split):  # read here, kept in memory
+    evaluator = seqio.Evaluator(
+        mixture_or_task_name, model.feature_converter_cls(pack=False), eval_split=split,
+        sequence_length=dict(task_feature_lengths) if task_feature_lengths else None,
+        num_examples=num_examples, use_memory_cache=True)
   if not evaluator.eval_tasks:
     raise ValueError(f"'{mixture_or_task_name}' has no task with metrics and a '{split}' split "
                      "to validate on; set Validation.mixture_or_task_name or remove "

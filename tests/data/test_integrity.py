@@ -9,6 +9,8 @@ import tensorflow as tf
 
 from t2t import eval as eval_lib
 from t2t.data import integrity
+from t2t.training import validation
+from t2t.training.partitioning import Partitioner
 from tests.training import toy
 
 TASK = "integrity_tfrecords"
@@ -92,7 +94,7 @@ def test_a_training_streams_data_loss_error_becomes_one_line_naming_the_file(fil
   assert isinstance(err.value.__cause__, tf.errors.DataLossError)
 
 
-def test_an_evaluation_names_the_damaged_file_before_loading_the_checkpoint(files, tmp_path):
+def test_an_evaluation_or_validation_names_the_damaged_file_before_any_decoding(files, tmp_path):
   _truncate(files[0])
   with pytest.raises(integrity.DamagedDataError,
                      match=f"Damaged data in {TASK!r} \\(split 'train'\\): {files[0]} .*"
@@ -100,6 +102,12 @@ def test_an_evaluation_names_the_damaged_file_before_loading_the_checkpoint(file
     eval_lib.evaluate(model=toy.model(), mixture_or_task_name=TASK, split="train",
                       checkpoint_path=str(tmp_path / "not_read"),
                       output_dir=str(tmp_path / "eval"))
+  # Validation during training reads its split when its hook is made, before the first step.
+  schedule = validation.Validation(split="train", batch_size=8)
+  with pytest.raises(integrity.DamagedDataError, match=f"{files[0]} .*the checkpoints written"):
+    schedule.hook(model=toy.model(), mixture_or_task_name=TASK, task_feature_lengths=None,
+                  model_dir=str(tmp_path / "run"), partitioner=Partitioner(), start_step=0,
+                  last_step=4)
 
 
 def test_what_a_budget_whole_files_or_other_sources_leave_to_say(files):

@@ -203,6 +203,7 @@ class Checkpointer:
     """
     steps = sorted(self._manager.all_steps(), reverse=True)
     last_error = None
+    late_reads.ignore_late_read_completions()  # a damaged step's stragglers print nothing
     for step in steps:
       try:
         meta = self.read_meta(step)
@@ -216,7 +217,6 @@ class Checkpointer:
         p, o, meta = self.restore(step, params, params_shardings, opt_state,
                                   opt_state_shardings, checked=True)
       except Exception as e:  # noqa: BLE001
-        late_reads.ignore_late_read_completions()  # the step's other reads may still be running
         if _is_resource_failure(e):  # out of memory is no sign of damage: keep the traceback
           raise
         last_error = self._set_aside(step, "params", e)
@@ -416,10 +416,10 @@ def reading(step_dir: str, item: str) -> Iterator[None]:
   t2t's own errors. For the loaders of a single checkpoint; a resume falls back instead
   (`Checkpointer.restore_latest_good`).
   """
+  late_reads.ignore_late_read_completions()  # a failed read's stragglers print nothing
   try:
     yield
   except Exception as e:  # noqa: BLE001  (any read failure means the file is damaged)
-    late_reads.ignore_late_read_completions()  # the other files' reads may still be running
     if _is_resource_failure(e) or isinstance(e, (CheckpointMismatchError, errors.UserError)):
       raise
     raise CorruptCheckpointError(

@@ -13,8 +13,10 @@ a user is shown a traceback for an error that was already handled.
 `ignore_late_read_completions()` wraps the current `sys.unraisablehook` so that exactly those
 reports are dropped: a RuntimeError "Event loop is closed" raised in `call_soon_threadsafe` whose
 arguments include a `tensorstore.Future`. Every other unraisable exception goes to the previous
-hook unchanged. t2t installs it only once a restore has failed (the only time such late reads
-exist), and it stays installed because they may finish at any moment afterwards.
+hook unchanged. t2t installs it before each checkpoint read it makes (`checkpoints.reading`,
+`Checkpointer.restore_latest_good`), not after a failure: the stragglers may finish between
+orbax closing its loop and its error reaching t2t (seen under load), and at any moment
+afterwards, so it stays installed. A read that succeeds leaves none, so nothing else changes.
 """
 from __future__ import annotations
 

@@ -172,7 +172,7 @@ def test_lora_factors_beside_targets_with_logical_axes():
         jax.random.PRNGKey(0), shapes)
 
 
-def test_lora_trains_only_factors_and_merged_base_model_is_equivalent(tmp_path, capsys):
+def test_lora_trains_only_factors_and_merged_base_model_is_equivalent(tmp_path):
   base = _model()
   lora = peft.LoraModel(base, targets=[r'attention/(query|value)/kernel$', r'mlp/wo/kernel$'],
                         rank=2, alpha=4.0)
@@ -189,7 +189,8 @@ def test_lora_trains_only_factors_and_merged_base_model_is_equivalent(tmp_path, 
                                 jax.jit(lora.predict_batch)(params, batch))
 
 
-def test_lora_run_exports_a_base_checkpoint(tmp_path):
+@pytest.mark.filterwarnings('error::pytest.PytestUnraisableExceptionWarning')  # late_reads.py
+def test_lora_run_exports_a_base_checkpoint(tmp_path, capsys):
   base = _model()
   lora = peft.LoraModel(base, targets=[r'mlp/wi/kernel$'], rank=2, alpha=8.0)
   state = train_lib.train(

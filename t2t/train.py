@@ -130,7 +130,7 @@ def train(*,
     restored = ckpt.restore_latest_good(
         tr.params_abstract, tr.params_shardings, tr.opt_state_abstract, tr.opt_state_shardings,
         check_meta=lambda step, meta: input_state.check_resumable(
-            meta, stream_meta, os.path.join(ckpt.model_dir, f"{checkpoints.STEP_PREFIX}_{step}")))
+            meta, stream_meta, ckpt.step_dir(step)))
   except (input_state.ResumeMismatchError, checkpoints.CheckpointMismatchError,
           checkpoints.CorruptCheckpointError):
     ckpt.close()

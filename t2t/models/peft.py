@@ -199,8 +199,7 @@ def merge_checkpoint(lora_path: str, out_dir: str, alpha: float) -> str:
   manager = ocp.CheckpointManager(model_dir, item_names=('params',), options=(
       ocp.CheckpointManagerOptions(step_prefix=checkpoints.STEP_PREFIX, read_only=True)))
   try:
-    with checkpoints.reading(f'{model_dir.rstrip("/")}/{checkpoints.STEP_PREFIX}_{step}',
-                             'params'):
+    with checkpoints.reading(checkpoints.step_dir(model_dir, step), 'params'):
       params = manager.restore(step, args=ocp.args.Composite(
           params=ocp.args.StandardRestore()))['params']
   finally:

@@ -109,7 +109,7 @@ def load_encoder_params(encoder: nn.Module, path: str) -> tuple[Any, int]:
   manager = ocp.CheckpointManager(
       model_dir, item_names=("params", "meta"),
       options=ocp.CheckpointManagerOptions(step_prefix=checkpoints.STEP_PREFIX, read_only=True))
-  step_dir = f"{model_dir.rstrip('/')}/{checkpoints.STEP_PREFIX}_{step}"
+  step_dir = checkpoints.step_dir(model_dir, step)
   try:
     with checkpoints.reading(step_dir, "meta"):
       meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]

@@ -180,7 +180,7 @@ class Checkpointer:
                 ["meta"])
 
   def step_dir(self, step: int) -> str:
-    return f"{self.model_dir.rstrip('/')}/{STEP_PREFIX}_{step}"
+    return step_dir(self.model_dir, step)
 
   def check(self, params_abstract: Any, step: int | None = None) -> None:
     """Refuses a checkpoint (default: the latest) whose parameters do not fit `params_abstract`."""
@@ -457,6 +457,11 @@ def _culprit_file(message: str, step_dir: str) -> str | None:
   return None
 
 
+def step_dir(model_dir: str, step: int) -> str:
+  """`model_dir/checkpoint_<step>`, for local paths and URLs alike."""
+  return f"{model_dir.rstrip('/')}/{STEP_PREFIX}_{step}"
+
+
 def resolve_checkpoint(path: str) -> tuple[str, int]:
   """(model_dir, step) for a model directory (its latest step) or a `checkpoint_<N>` dir.
 
@@ -489,7 +494,7 @@ def load_params(path: str, params_abstract: Any, params_shardings: Any,
   (see `check_vocabulary`; checkpoints without a record, and `vocabulary=None`, are not checked).
   """
   model_dir, step = resolve_checkpoint(path)
-  where = f"{model_dir.rstrip('/')}/{STEP_PREFIX}_{step}"
+  where = step_dir(model_dir, step)
   manager = ocp.CheckpointManager(
       model_dir, item_names=("params", "meta"),
       options=ocp.CheckpointManagerOptions(step_prefix=STEP_PREFIX, read_only=True))

@@ -162,7 +162,7 @@ def restore_params(path: str, params_abstract: Any, params_shardings: Any,
   Returns (params, checkpoint step, plan).
   """
   model_dir, step = checkpoints.resolve_checkpoint(path)
-  where = f"{model_dir.rstrip('/')}/{checkpoints.STEP_PREFIX}_{step}"
+  where = checkpoints.step_dir(model_dir, step)
   manager = ocp.CheckpointManager(
       model_dir, item_names=("params", "meta"),
       options=ocp.CheckpointManagerOptions(step_prefix=checkpoints.STEP_PREFIX, read_only=True))

@@ -172,9 +172,11 @@ class NamingDamagedFiles:
   def __iter__(self) -> "NamingDamagedFiles":
     return self
 
-  def __next__(self):
-    with naming_damaged_files(self._name, self._split, self._use_cached):
+  def __next__(self):  # once per training step: a plain try, no context manager to build
+    try:
       return next(self._batches)
+    except tf.errors.DataLossError as e:
+      raise damaged_data_error(e, self._name, self._split, self._use_cached) from e
 
 
 def _tf_message(e: BaseException) -> str:

@@ -13,12 +13,15 @@ from t2t.training import host_memory
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A jitted program with two materialised 64 MB temporaries (sin(x) and cos(x).T, dot operands;
-# above glibc's largest mmap threshold, 32 MB) and cheap dots, called 2 + 16 times in a fresh
-# process; it prints the minor page faults of each of the 16. With the settings most calls fault
+# above glibc's largest mmap threshold, 32 MB) and cheap dots, called 8 + 24 times in a fresh
+# process; it prints the minor page faults of each of the 24. With the settings most calls fault
 # nothing, but not every one: now and then (quiet, and more often under load) a call faults its
 # temporaries in again and the resident size rises by them -- the heap grows, most likely because
 # allocations from XLA's threads and the main thread interleave and fragment it -- and then it
-# settles. Hence the median (at least 9 of 16 calls fault-free), not every call.
+# settles, mostly within the first few calls (as the train step's heap does within its first
+# seven steps, benchmarks/README.md "Host memory"). Hence 8 unmeasured calls and the median (at
+# least 13 of 24 calls fault-free), not every call. With 2 + 16 the first six or seven measured
+# calls of a quiet run often faulted, and a fresh-clone CI run (2026-11-30, ed85306) saw eight.
 PROGRAM = """
 import json, resource, sys
 from t2t.training import host_memory
@@ -27,10 +30,10 @@ import jax, jax.numpy as jnp
 f = jax.jit(lambda x, w: (jnp.sin(x) @ w).sum() + (jnp.cos(x).T @ w).sum())
 x = jnp.ones((4096, 4096), jnp.float32) * 0.5
 w = jnp.ones((4096, 64), jnp.float32)
-for _ in range(2):
+for _ in range(8):
   f(x, w).block_until_ready()
 faults = []
-for _ in range(16):
+for _ in range(24):
   before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   value = float(f(x, w).block_until_ready())
   faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)

@@ -22,6 +22,7 @@ import gin
 
 # Modules whose configurables every run may bind; importing them registers those with gin.
 DEFAULT_GIN_IMPORTS = (
+    "t2t.data.files",
     "t2t.data.limited",
     "t2t.data.mixing",
     "t2t.data.vocabularies",

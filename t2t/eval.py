@@ -245,8 +245,9 @@ def _text(example: Mapping[str, Any], feature: str, task: seqio.Task) -> str:
 
 def _write_predictions(task: seqio.Task, dataset, outputs: Mapping[Any, Any],
                        path: str | os.PathLike) -> None:
-  """One JSON line per example: inputs, target, and what the model produced for each metric
-  type the task uses (decoded prediction and its postprocessed value, target score, aux)."""
+  """One JSON line per example: its id when the task keeps a string `id` feature, inputs, target,
+  and what the model produced for each metric type the task uses (decoded prediction and its
+  postprocessed value, target score, aux)."""
   types = seqio.metrics.ModelOutputType
   tokens, aux = outputs.get(types.PREDICTION), {}
   if types.PREDICTION_WITH_AUX in outputs:
@@ -257,6 +258,8 @@ def _write_predictions(task: seqio.Task, dataset, outputs: Mapping[Any, Any],
     for i, example in enumerate(dataset.as_numpy_iterator()):
       record = {"inputs": _text(example, "inputs", task) if "inputs" in example else None,
                 "target": _text(example, "targets", task)}
+      if isinstance(example.get("id"), bytes):  # a task's own example id (files_task: file:line)
+        record = {"id": example["id"].decode("utf-8", "replace"), **record}
       if tokens is not None:
         prediction = vocab.decode([int(t) for t in tokens[i]])
         record["prediction"] = prediction

@@ -294,6 +294,7 @@ def test_the_catalogue_lists_every_case():
                  "is corrupted", "No readable checkpoint",  # tests/training/test_checkpoints.py
                  "cannot be read (DIR/checkpoint_N/params",  # ... and test_warm_start.py
                  "Damaged data in the cache of",  # tests/data/test_cache.py
+                 "expected 2 tab-separated fields", "no file matches",  # tests/data/test_files.py
                  "No space left on the device while writing checkpoint",  # ... and test_kill_resume
                  "was not finite"):  # tests/training/test_nonfinite.py
     assert phrase in text, phrase

@@ -97,6 +97,40 @@ def _infer_in_this_process(*args):
     cli.FLAGS.unparse_flags()
 
 
+def test_a_files_task_of_the_same_examples_evaluates_the_same(trained, evaluated, tmp_path):
+  """Your own JSON Lines file (t2t/data/files.py, gin/recipes/files_task.gin) holding the 16
+  `bbc_topic_phrases` examples evaluated above: the same predictions and accuracy, and each row
+  names its file line."""
+  from t2t import cli, config
+  out_dir, _ = evaluated
+  topic = _rows(out_dir / "bbc_topic_phrases.validation.predictions.jsonl")
+  assert all(r["inputs"].startswith("topic: ") for r in topic)
+  dev = tmp_path / "dev.jsonl"
+  dev.write_text("".join(json.dumps({"text": r["inputs"][len("topic: "):], "label": r["target"]})
+                         + "\n" for r in topic))
+  cli.FLAGS(["t2t.eval", *config.rewrite_gin_args([
+      "--gin_file=experiments/bbc_demo/model.gin", "--gin_file=runs/eval.gin",
+      "--gin_file=recipes/files_task.gin", "--gin.FILES_TASK='topic_from_files'",
+      f"--gin.FILES_SPLITS={{'validation': '{dev}'}}", "--gin.files_task.prefix='topic:'",
+      "--gin.files_task.inputs_key='text'", "--gin.files_task.targets_key='label'",
+      "--gin.task_vocabulary.vocabulary=@bbc_vocabulary()", f"--gin.CHECKPOINT_PATH={trained}",
+      f"--gin.EVAL_OUTPUT_DIR={tmp_path / 'eval'}", "--gin.EVAL_BATCH_SIZE=8", *TINY])])
+  try:
+    eval_lib.main([])
+  finally:
+    cli.FLAGS.unparse_flags()
+  rows = _rows(tmp_path / "eval" / "topic_from_files.validation.predictions.jsonl")
+  assert [r["id"] for r in rows] == [f"dev.jsonl:{n}" for n in range(1, 17)]
+  assert [r["inputs"] for r in rows] == [r["inputs"] for r in topic]
+  assert [r["prediction"] for r in rows] == [r["prediction"] for r in topic]
+  report = json.load(open(tmp_path / "eval" / "metrics.json"))["metrics"]
+  assert report["topic_from_files"]["accuracy"] == pytest.approx(
+      json.load(open(out_dir / "metrics.json"))["metrics"]["bbc_topic_phrases"]["accuracy"])
+  # A registered task's own string ids are written too (bbc_headline keeps the article's).
+  headline = _rows(out_dir / "bbc_headline.validation.predictions.jsonl")
+  assert all(r["id"].endswith(".txt") and "/" in r["id"] for r in headline)
+
+
 def test_infer_decodes_the_same_text_as_eval(trained, evaluated, tmp_path):
   out_dir, _ = evaluated
   topic = _rows(out_dir / "bbc_topic_phrases.validation.predictions.jsonl")

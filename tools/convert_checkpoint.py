@@ -21,6 +21,10 @@ Nothing is downloaded: both commands work on local directories only.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # the command line: quiet before TensorFlow is imported (t2t.logs)
+  from t2t import logs
+  logs.quiet()
+
 import argparse
 import json
 import os

@@ -16,6 +16,10 @@ whose data is not prepared is reported as an error.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # the command line: quiet before TensorFlow is imported (t2t.logs)
+  from t2t import logs
+  logs.quiet()
+
 import argparse
 import importlib
 import logging

@@ -10,6 +10,10 @@ factors. `--lora_dir` may also name one `checkpoint_<N>` directory.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # the command line: quiet before TensorFlow is imported (t2t.logs)
+  from t2t import logs
+  logs.quiet()
+
 import argparse
 import os
 import sys

@@ -124,3 +124,6 @@ def test_command_line_on_bbc_topic():
   assert "inputs (" in out.stdout and "bbc topic: " in out.stdout
   assert "Token lengths over 50 examples" in out.stdout
   assert "at 128" in out.stdout and "0 (0.0%) at 4" in out.stdout
+  # Nothing else on stderr: the libraries' start-up lines (CUDA stubs, absl's InitializeLog
+  # notice) are filtered as in t2t's entry points (t2t.logs).
+  assert out.stderr.strip() == "", out.stderr[-3000:]

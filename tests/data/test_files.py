@@ -197,6 +197,25 @@ def test_the_recipe_registers_the_task_from_two_macros(tmp_path):
   assert task.output_features["inputs"].vocabulary.vocab_size == VOCAB.vocab_size
 
 
+def test_two_files_tasks_mix_by_their_exact_sizes_from_gin(tmp_path):
+  """Scoped bindings make two tasks, multitask_mixture mixes them at rates min(N, K) (T5 §3.5.2)."""
+  from t2t import config
+  small = _write_tsv(tmp_path / "small.tsv", _pairs("train", 3))
+  large = _write_jsonl(tmp_path / "large.jsonl", [{"inputs": x, "targets": y}
+                                                  for x, y in _pairs("validation", 8)])
+  config.parse_gin([], [
+      "files_task.vocabulary = @bbc_vocabulary()",
+      "small/files_task.name = 'files_test_small'", f"small/files_task.splits = {{'train': '{small}'}}",
+      "large/files_task.name = 'files_test_large'", f"large/files_task.splits = {{'train': '{large}'}}",
+      "multitask_mixture.name = 'files_test_mix'",
+      "multitask_mixture.task_names = [@small/files_task(), @large/files_task()]",
+      "multitask_mixture.maximum = 5"])
+  from t2t.data import mixing
+  mixture = seqio.get_mixture_or_task(mixing.multitask_mixture())
+  rates = {t.name: mixture.get_rate(t) for t in mixture.tasks}
+  assert rates == {"files_test_small": 3.0, "files_test_large": 5.0}
+
+
 def test_train_on_your_files_from_the_command_line(tmp_path):
   """`python -m t2t.train` with the recipe: 2 steps of the demo's tiny model on a TSV file."""
   train = _write_tsv(tmp_path / "train.tsv", _pairs("train", 16))

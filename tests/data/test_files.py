@@ -141,13 +141,14 @@ BAD_FILES = [
     ("x.jsonl", b'{"inputs": ["a"], "targets": "b"}\n',
      r"x.jsonl:1: field 'inputs' is a JSON array, not a string or a number"),
     ("x.tsv", b"caf\xc3\xa9\tok\nna\xefve\tbad\n", r"x.tsv:2: not UTF-8 text"),
-    ("x.tsv.gz", gzip.compress(b"a\tb\n" * 50)[:-12], r"x.tsv.gz: not a complete gzip file"),
+    ("x.tsv.gz", gzip.compress(b"a\tb\n" * 50, mtime=0)[:-12], r"x.tsv.gz: not a complete gzip file"),
     ("x.csv", b"a,b\n", r"x.csv: cannot tell the format from the extension '.csv'"),
     ("x.tsv", b"\n\n", r"files_task.splits\['train'\]: .*x.tsv hold no examples"),
 ]
 
 
-@pytest.mark.parametrize("file_name,content,message", BAD_FILES)
+@pytest.mark.parametrize("file_name,content,message", BAD_FILES,
+                         ids=[f"{i}-{name}" for i, (name, _, _) in enumerate(BAD_FILES)])
 def test_a_bad_file_is_an_error_naming_the_file_and_line(tmp_path, file_name, content, message):
   (tmp_path / file_name).write_bytes(content)
   files.files_task("files_test_bad", {"train": str(tmp_path / file_name)}, vocabulary=VOCAB)

@@ -2,6 +2,7 @@
 import asyncio
 import gc
 import sys
+import warnings
 
 import pytest
 import tensorstore as ts
@@ -67,3 +68,32 @@ def test_only_call_soon_threadsafe_with_a_tensorstore_future_matches():
     assert late_reads.is_late_read_completion(info.value, info.value.__traceback__) is expected
   other = RuntimeError("something else")
   assert not late_reads.is_late_read_completion(other, None)
+
+
+def test_orbax_metadata_reads_left_unstarted_are_not_warned_about_other_coroutines_are(reported):
+  from etils import epath
+  from orbax.checkpoint._src.metadata import array_metadata_store
+  store = array_metadata_store.Store()
+
+  async def other():
+    return None
+
+  def unawaited_warnings(make_coroutine, filtered):
+    """The RuntimeWarnings Python gives when a coroutine from `make_coroutine` is collected."""
+    with warnings.catch_warnings(record=True) as seen:
+      warnings.simplefilter("always")
+      if filtered:
+        late_reads.ignore_late_read_completions()
+      coroutine = make_coroutine()
+      del coroutine
+      gc.collect()
+    return [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+
+  def metadata_read():
+    return store._get_array_metadatas(epath.Path("/nowhere"))
+
+  assert unawaited_warnings(metadata_read, filtered=False) == [
+      "coroutine 'Store._get_array_metadatas' was never awaited"]  # what the CI run showed
+  assert unawaited_warnings(metadata_read, filtered=True) == []
+  assert unawaited_warnings(other, filtered=True) == [
+      f"coroutine '{other.__qualname__}' was never awaited"]

@@ -206,7 +206,7 @@ class FilesSource(seqio.DataSource):
                                   self._read["tsv_header"]))
       if not rows:
         raise ValueError(f"files_task.splits[{split!r}]: {', '.join(files)} hold no examples.")
-      self._cache[split] = np.array(rows, dtype=object).reshape(len(rows), 3)
+      self._cache[split] = np.array(rows, dtype=object)  # [num_examples, 3]
     return self._cache[split]
 
   def num_input_examples(self, split: str) -> int:
@@ -229,7 +229,7 @@ class FilesSource(seqio.DataSource):
       order = order[shard_info.index::shard_info.num_shards]
     if shuffle:
       np.random.default_rng(seed).shuffle(order)
-    picked = rows[order] if len(order) else np.zeros((0, 3), object)
+    picked = rows[order]
     return tf.data.Dataset.from_tensor_slices({
         key: tf.constant(list(picked[:, column]), tf.string, shape=[len(order)])
         for column, key in enumerate(("id", "inputs", "targets"))})

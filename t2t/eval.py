@@ -68,6 +68,8 @@ def evaluate(*,
   paths.check_writable(output_dir, "EVAL_OUTPUT_DIR")  # before the evaluation, not after it
   provider = registry.get_mixture_or_task(mixture_or_task_name)
   registry.check_split_readable(provider, split)
+  vocabularies.check_task_readable(provider)  # one clear error for a vocabulary file out of reach
+  vocabularies.check_model_readable(model)
   tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
   with postprocessing_guard(tasks) as invalid, integrity.naming_damaged_files(
       mixture_or_task_name, split, training=False):  # a DataLossError names its file

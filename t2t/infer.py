@@ -55,6 +55,7 @@ def infer(*,
                      "MIXTURE_OR_TASK_NAME (a task split to decode).")
   inputs.limit_tf_threads()
   paths.check_writable(output_dir, "INFER_OUTPUT_DIR")  # before decoding, not after it
+  vocabularies.check_model_readable(model)  # one clear error for a vocabulary file out of reach
   converter = model.feature_converter_cls(pack=False)
   lengths = dict(task_feature_lengths)
   if input_file is not None:
@@ -77,6 +78,7 @@ def infer(*,
   else:
     task = registry.get_mixture_or_task(mixture_or_task_name)
     registry.check_split_readable(task, split)
+    vocabularies.check_task_readable(task)
     task_ds = task.get_dataset(lengths, split=split, shuffle=False, num_epochs=1)
     if num_examples is not None:
       task_ds = task_ds.take(num_examples)

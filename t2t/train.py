@@ -56,7 +56,7 @@ from t2t import config
 from t2t.data import limited  # noqa: F401  (registers @limited_task for gin files)
 from t2t.data import registry
 from t2t.data import cache as cache_lib
-from t2t.data import integrity
+from t2t.data import integrity, vocabularies
 from t2t.training import adaptation, checkpoints, distributed, input_state, inputs, optim, paths
 from t2t.training import warm_start
 from t2t.training import preemption, profiling, reporting
@@ -106,6 +106,8 @@ def train(*,
   paths.check_writable(model_dir, "MODEL_DIR")  # before any compilation; process 0 only
   provider = registry.get_mixture_or_task(mixture_or_task_name)
   registry.check_split_readable(provider, "train")
+  vocabularies.check_task_readable(provider)  # one clear error for a vocabulary file out of reach
+  vocabularies.check_model_readable(model)
   if use_cached_tasks:
     cache_lib.add_cache_dirs(cache_dirs)
     cache_lib.check_cached(mixture_or_task_name, "train")

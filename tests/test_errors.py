@@ -229,6 +229,27 @@ def test_fine_tuning_from_a_checkpoint_of_another_vocabulary(empty_tasks, tmp_pa
   assert not list((tmp_path / "run").glob("checkpoint_*"))
 
 
+def test_a_vocabulary_file_out_of_reach(empty_tasks, tmp_path):
+  # The models' default is T5's vocabulary on gs://, out of reach offline; a missing local file
+  # fails the same way. Without the check: TensorFlow's NotFoundError (or, for gs://, a
+  # FailedPreconditionError from libcurl) deep inside model initialisation.
+  from t2t import eval as eval_lib, infer  # pylint: disable=g-import-not-at-top
+  missing = str(tmp_path / "t5" / "spiece.model")
+  model = empty_tasks.model()
+  model.input_vocabulary = seqio.SentencePieceVocabulary(missing)
+  message = (rf"The model's input vocabulary cannot be read from {missing}: .*No such file.* "
+             r"t2t downloads nothing: point seqio\.SentencePieceVocabulary\.sentencepiece_model_file")
+  with pytest.raises(ValueError, match=message):
+    _train(empty_tasks, tmp_path / "run", model=model)
+  assert not list((tmp_path / "run").glob("checkpoint_*"))
+  with pytest.raises(ValueError, match=message):
+    eval_lib.evaluate(model=model, mixture_or_task_name=empty_tasks.TASK, checkpoint_path="x",
+                      output_dir=str(tmp_path / "eval"))
+  with pytest.raises(ValueError, match=message):
+    infer.infer(model=model, checkpoint_path="x", output_dir=str(tmp_path / "infer"),
+                task_feature_lengths=empty_tasks.LENGTHS, input_file=str(tmp_path / "in.txt"))
+
+
 # --- Batch size and sequence length against the model -------------------------------------------
 def test_batch_not_divisible_by_the_mesh():
   # One device cannot hold a mesh with more data shards than the batch: 4 simulated devices.
@@ -290,6 +311,7 @@ def test_the_catalogue_lists_every_case():
                  "is an existing file", "was trained with another vocabulary",
                  "the vocabulary changed", "must be divisible by the",
                  "BertConfig.max_position_embeddings", "relative position",
+                 "cannot be read from", "is not a SentencePiece model",  # + test_vocabularies.py
                  # rows whose tests live beside their modules:
                  "is corrupted", "No readable checkpoint",  # tests/training/test_checkpoints.py
                  "cannot be read (DIR/checkpoint_N/params",  # ... and test_warm_start.py

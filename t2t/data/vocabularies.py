@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import gin
 import seqio
 import tensorflow as tf
+from google.protobuf import message as protobuf_message
 
 BBC_VOCAB_NAME = "bbc_sp8k.model"
 DEFAULT_EXTRA_IDS = 100
@@ -61,6 +62,55 @@ def _register_seqio_vocab_for_gin() -> None:
 
 
 _register_seqio_vocab_for_gin()
+
+
+# --- Readable before anything runs ----------------------------------------------------------------
+
+def check_readable(vocabulary: seqio.Vocabulary, what: str) -> None:
+  """Reads `vocabulary`'s SentencePiece model now; a file that cannot be read is one ValueError.
+
+  seqio reads the model file on first use, which is deep inside model initialisation or a tf.data
+  pipeline, so a missing local file or an unreachable URL (the models' default
+  `gs://t5-data/...` on a machine without GCS access) would end a run with TensorFlow's
+  traceback. t2t's entry points call this first, for the model's and the tasks' vocabularies
+  (`what` names which, e.g. "the model's input vocabulary"); the message names the file, the
+  reason and the gin binding that points at a local copy. Other vocabulary classes hold no
+  file and pass.
+  """
+  resolved = _unwrap(vocabulary)
+  if not isinstance(resolved, seqio.SentencePieceVocabulary):
+    return
+  path = resolved.sentencepiece_model_file
+  binding = ("task_vocabulary.spm_path (or task_vocabulary.vocabulary)"
+             if resolved is not vocabulary else
+             "seqio.SentencePieceVocabulary.sentencepiece_model_file (or VOCABULARY)")
+  try:
+    resolved.vocab_size  # pylint: disable=pointless-statement  (loads the model file)
+  except (tf.errors.OpError, OSError) as err:
+    reason = " ".join(str(getattr(err, "message", err)).split())
+    raise ValueError(
+        f"{what} cannot be read from {path}: {reason}. t2t downloads nothing: point {binding} "
+        "at a local copy of that SentencePiece model (a Hugging Face T5 directory has it as "
+        "spiece.model), or use the offline vocabulary, @bbc_vocabulary().") from None
+  except protobuf_message.DecodeError as err:
+    raise ValueError(f"{what}: {path} is not a SentencePiece model ({err}); point {binding} at "
+                     "the .model file that spm_train wrote.") from None
+
+
+def check_model_readable(model: Any) -> None:
+  """`check_readable` for a model's input and output vocabularies (attributes it may lack)."""
+  for feature, attr in (("input", "input_vocabulary"), ("output", "output_vocabulary")):
+    vocabulary = getattr(model, attr, None)
+    if vocabulary is not None:
+      check_readable(vocabulary, f"The model's {feature} vocabulary")
+
+
+def check_task_readable(provider: seqio.Task | seqio.Mixture) -> None:
+  """`check_readable` for every output feature's vocabulary of a task or of a mixture's tasks."""
+  tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
+  for task in tasks:
+    for name, feature in sorted(task.output_features.items()):
+      check_readable(feature.vocabulary, f"Task {task.name!r}'s {name!r} vocabulary")
 
 
 # --- Fingerprints: which vocabulary a checkpoint was trained with ---------------------------------

@@ -72,3 +72,51 @@ def test_train_vocab_tool_writes_a_t5_style_model(tmp_path):
   assert (tmp_path / "small.vocab").read_text().splitlines()[0].startswith("<pad>")
   with pytest.raises(ValueError, match="vocab_size"):
     train_vocab.train_vocab(str(tmp_path / "bad"), vocab_size=2)
+
+
+def test_an_unreadable_model_file_is_one_error_naming_file_and_binding(tmp_path):
+  missing = str(tmp_path / "t5" / "spiece.model")
+  with pytest.raises(ValueError) as err:
+    vocabularies.check_readable(seqio.SentencePieceVocabulary(missing), "The model's input vocabulary")
+  message = str(err.value)
+  assert message.startswith(f"The model's input vocabulary cannot be read from {missing}: ")
+  assert "No such file or directory" in message and "\n" not in message
+  assert "seqio.SentencePieceVocabulary.sentencepiece_model_file" in message
+  not_a_model = tmp_path / "notes.model"
+  not_a_model.write_text("hello\n")
+  with pytest.raises(ValueError, match=rf"^The model's input vocabulary: {not_a_model} is not a "
+                                       r"SentencePiece model \(Error parsing"):
+    vocabularies.check_readable(seqio.SentencePieceVocabulary(str(not_a_model)),
+                                "The model's input vocabulary")
+  vocabularies.check_readable(vocabularies.bbc_vocabulary(), "The model's input vocabulary")
+  vocabularies.check_readable(seqio.ByteVocabulary(), "bytes")  # no file to read
+
+
+def test_the_task_librarys_deferred_vocabulary_names_its_gin_binding(clean_gin, tmp_path):
+  from tasks import common
+  missing = str(tmp_path / "sp.model")
+  gin.bind_parameter("task_vocabulary.spm_path", missing)
+  deferred = common.DeferredVocabulary()
+  with pytest.raises(ValueError, match=r"Task 'x''s 'inputs' vocabulary cannot be read from "
+                                       rf"{missing}: .* point task_vocabulary\.spm_path"):
+    vocabularies.check_readable(deferred, "Task 'x''s 'inputs' vocabulary")
+  gin.bind_parameter("task_vocabulary.vocabulary", vocabularies.bbc_vocabulary())
+  vocabularies.check_readable(deferred, "Task 'x''s 'inputs' vocabulary")
+
+
+def test_a_tasks_and_a_models_vocabularies_are_checked_by_feature(tmp_path):
+  import types
+  from t2t.data import files
+  data = tmp_path / "train.tsv"
+  data.write_text("a b\tc\n")
+  bad = seqio.SentencePieceVocabulary(str(tmp_path / "missing.model"))
+  name = files.files_task("vocab_check_files", {"train": str(data)}, vocabulary=bad)
+  try:
+    with pytest.raises(ValueError, match=r"^Task 'vocab_check_files''s 'inputs' vocabulary cannot"):
+      vocabularies.check_task_readable(seqio.get_mixture_or_task(name))
+  finally:
+    seqio.TaskRegistry.remove(name)
+  model = types.SimpleNamespace(input_vocabulary=vocabularies.bbc_vocabulary(),
+                                output_vocabulary=bad)
+  with pytest.raises(ValueError, match=r"^The model's output vocabulary cannot be read"):
+    vocabularies.check_model_readable(model)

@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import seqio  # noqa: E402
 
-from t2t.data import registry  # noqa: E402
+from t2t.data import registry, vocabularies  # noqa: E402
 from t2t.data.registry import get_mixture_or_task  # noqa: E402
 
 # Exit status for bad input (unknown task, missing split, module that does not import).
@@ -151,8 +151,9 @@ def inspect(task_name: str, split: str = "train", n: int = 5, inputs_length: int
     if value is not None and value < 2:
       raise ValueError(f"{name} must be >= 2 (a token and EOS), got {value}.")
   import_task_modules(modules)
-  obj = get_mixture_or_task(task_name)
+  obj = get_mixture_or_task(task_name, how_to_import="with --module my_tasks")
   registry.check_split_readable(obj, split)
+  vocabularies.check_task_readable(obj)
   output_features = obj.output_features
   ds, used = _open_dataset(obj, split, list(output_features), inputs_length, targets_length, seed)
   limits = {"inputs": inputs_length, "targets": targets_length}
@@ -233,7 +234,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--module", action="extend", nargs="+", default=[],
                       help="modules to import that register tasks (besides `tasks`)")
   parser.add_argument("--gin_bindings", action="append", default=[],
-                      help="gin bindings, e.g. 'span_corruption.noise_density = 0.25'")
+                      help="gin bindings, e.g. 'span_corruption.noise_density = 0.25'; "
+                           "--gin.X=V is short for --gin_bindings='X = V'")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--max_chars", type=int, default=400, help="characters shown per text")
   return parser.parse_args(config.rewrite_gin_args(list(argv))[1:])

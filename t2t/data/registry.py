@@ -15,12 +15,14 @@ def registered_names() -> list[str]:
   return sorted(set(seqio.TaskRegistry.names()) | set(seqio.MixtureRegistry.names()))
 
 
-def get_mixture_or_task(name: str) -> TaskOrMixture:
+def get_mixture_or_task(name: str,
+                        how_to_import: str = "with an 'import my_tasks' line in a gin file"
+                        ) -> TaskOrMixture:
   """Returns the registered seqio Task or Mixture called `name`.
 
   Raises:
     ValueError: when nothing is registered under `name`; the message lists the closest registered
-      names and says how to get a task module imported.
+      names and says how to get a task module imported (`how_to_import`: the caller's way).
   """
   if not isinstance(name, str) or not name:
     raise ValueError(f"A task or mixture name must be a non-empty string, got {name!r}.")
@@ -31,7 +33,7 @@ def get_mixture_or_task(name: str) -> TaskOrMixture:
   hint = f" Did you mean: {', '.join(close)}?" if close else ""
   raise ValueError(
       f"Unknown task or mixture {name!r}.{hint} ({len(names)} registered; import the module that "
-      "registers yours with an 'import my_tasks' line in a gin file)"
+      f"registers yours {how_to_import})"
   )
 
 
@@ -45,10 +47,11 @@ def check_split_readable(obj: seqio.Task | seqio.Mixture, split: str) -> None:
     try:
       task.num_input_examples(split)
     except (KeyError, ValueError, FileNotFoundError) as err:
-      raise ValueError(
-          f"task {task.name!r} cannot read split {split!r}: {err} t2t downloads nothing: prepare "
-          "the data first (for a TFDS task: `tfds build <dataset>`, or point TFDS_DATA_DIR at a "
-          "prepared copy).") from err
+      # Only a TFDS source could have fetched its data; the others' errors say what to fix.
+      hint = (" t2t downloads nothing: prepare the data first (`tfds build <dataset>`, or point "
+              "TFDS_DATA_DIR at a prepared copy)." if isinstance(task.source, seqio.TfdsDataSource)
+              else "")
+      raise ValueError(f"task {task.name!r} cannot read split {split!r}: {err}{hint}") from err
 
 
 class EmptySplitError(ValueError):

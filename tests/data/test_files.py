@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import seqio
 
-from t2t.data import files, sources, vocabularies
+from t2t.data import files, registry, sources, vocabularies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VOCAB = vocabularies.bbc_vocabulary()
@@ -156,6 +156,10 @@ def test_a_bad_file_is_an_error_naming_the_file_and_line(tmp_path, file_name, co
   files.files_task("files_test_bad", {"train": str(tmp_path / file_name)}, vocabulary=VOCAB)
   with pytest.raises(ValueError, match=message):
     seqio.get_mixture_or_task("files_test_bad").num_input_examples("train")
+  # What the entry points call first: the task named, no advice meant for TFDS tasks.
+  with pytest.raises(ValueError, match=r"^task 'files_test_bad' cannot read split 'train': ") as err:
+    registry.check_split_readable(seqio.get_mixture_or_task("files_test_bad"), "train")
+  assert "tfds build" not in str(err.value)
 
 
 def test_bad_arguments_are_errors_naming_the_binding(tmp_path):
@@ -256,3 +260,4 @@ def test_train_on_your_files_from_the_command_line(tmp_path):
   assert bad.returncode != 0
   assert "bad.tsv:2: expected 2 tab-separated fields" in bad.stderr, bad.stderr[-3000:]
   assert "Traceback" not in bad.stderr
+  assert "tfds build" not in bad.stderr  # the TFDS advice is for TFDS tasks only

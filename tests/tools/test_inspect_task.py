@@ -97,6 +97,7 @@ def test_main_exits_2_without_a_traceback_on_an_unknown_task(capsys):
   assert inspect_task.main(["inspect_task", "bbc_topc"]) == 2
   err = capsys.readouterr().err
   assert "Unknown task or mixture 'bbc_topc'" in err and "Traceback" not in err
+  assert "registers yours with --module my_tasks" in err  # this tool's way, not a gin line
 
 
 def test_main_applies_gin_bindings(capsys):

@@ -101,25 +101,30 @@ def key_name(key: Any) -> str:
   return str(key)
 
 
+RESUME_ADVICE = "Use a fresh MODEL_DIR or the matching model gin file."
+LOAD_ADVICE = "Give the model gin file(s) and bindings the checkpoint was trained with."
+
+
 def check_compatible(saved: Mapping[str, list[int]], expected: Mapping[str, list[int]],
-                     where: str) -> None:
-  """Raises CheckpointMismatchError naming the first parameter that differs."""
+                     where: str, advice: str = RESUME_ADVICE) -> None:
+  """Raises CheckpointMismatchError naming the first parameter that differs, then `advice`
+  (resuming a MODEL_DIR: a fresh one or the matching gin file; loading a checkpoint to
+  evaluate, decode, convert or start from: only the matching gin file helps)."""
   for name in sorted(set(saved) | set(expected)):
     if name not in saved:
       raise CheckpointMismatchError(
           f"The checkpoint at {where} does not fit the configured model: parameter '{name}' "
           f"(shape {tuple(expected[name])}) is missing from the checkpoint. Was it written by "
-          "another model configuration? Use a fresh MODEL_DIR or the matching model gin file.")
+          f"another model configuration? {advice}")
     if name not in expected:
       raise CheckpointMismatchError(
           f"The checkpoint at {where} does not fit the configured model: it has parameter "
-          f"'{name}' (shape {tuple(saved[name])}) that the model lacks. Use a fresh MODEL_DIR "
-          "or the matching model gin file.")
+          f"'{name}' (shape {tuple(saved[name])}) that the model lacks. {advice}")
     if list(saved[name]) != list(expected[name]):
       raise CheckpointMismatchError(
           f"The checkpoint at {where} does not fit the configured model: parameter '{name}' "
           f"has shape {tuple(saved[name])} in the checkpoint but {tuple(expected[name])} in the "
-          "model. Use a fresh MODEL_DIR or the matching model gin file.")
+          f"model. {advice}")
 
 
 def abstract_arrays(tree: Any, shardings: Any) -> Any:
@@ -502,7 +507,7 @@ def load_params(path: str, params_abstract: Any, params_shardings: Any,
     with reading(where, "meta"):
       meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     check_vocabulary(meta, vocabulary, where)  # first: another vocabulary explains a shape
-    check_compatible(meta["param_shapes"], param_shapes(params_abstract), where)
+    check_compatible(meta["param_shapes"], param_shapes(params_abstract), where, LOAD_ADVICE)
     with reading(where, "params"):
       params = manager.restore(step, args=ocp.args.Composite(
           params=ocp.args.StandardRestore(abstract_arrays(params_abstract, params_shardings))))["params"]

@@ -180,7 +180,8 @@ def restore_params(path: str, params_abstract: Any, params_shardings: Any,
                             if not any(rx.fullmatch(k) for rx in forced)
                             and not (k not in saved and any(rx.search(k) for rx in new))}
       try:
-        checkpoints.check_compatible(keep(meta["param_shapes"]), keep(expected), where)
+        checkpoints.check_compatible(keep(meta["param_shapes"]), keep(expected), where,
+                                     checkpoints.LOAD_ADVICE)
       except checkpoints.CheckpointMismatchError as e:
         raise checkpoints.CheckpointMismatchError(f"{e} {PARTIAL_RESTORE_HINT}") from None
     wanted_names = set(plan.loaded)

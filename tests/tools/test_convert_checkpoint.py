@@ -196,7 +196,8 @@ def test_export_refuses_a_checkpoint_of_another_shape(tmp_path):
   # models/t5_1_0/tiny.gin is v1.0 too, but 4+4 layers of width 256: d_model differs first.
   with pytest.raises(checkpoints.CheckpointMismatchError,
                      match=r"parameter 'decoder/decoder_norm/scale' has shape \(16,\) in the "
-                           r"checkpoint but \(256,\) in the model"):
+                           r"checkpoint but \(256,\) in the model\. Give the model gin file\(s\) "
+                           r"and bindings the checkpoint was trained with\.$"):
     convert.export_hf(['models/t5_1_0/tiny.gin'], str(tmp_path / 't2t'), str(tmp_path / 'hf2'))
   assert not (tmp_path / 'hf2').exists()
   no_model = tmp_path / 'no_model.gin'

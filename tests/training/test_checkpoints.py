@@ -54,6 +54,7 @@ def test_incompatible_checkpoint_names_parameter_and_both_shapes(tmp_path):
     ckpt.check(_tree(width=5))
   assert "encoder/kernel" in str(err.value)
   assert "(3, 4)" in str(err.value) and "(3, 5)" in str(err.value)
+  assert str(err.value).endswith("Use a fresh MODEL_DIR or the matching model gin file.")  # resuming
   # Nothing was written or removed by the failed check.
   assert os.listdir(tmp_path) == ["checkpoint_1"]
 

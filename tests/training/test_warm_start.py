@@ -92,6 +92,7 @@ def test_without_partial_restore_a_mismatch_says_how_to_ask_for_it(tmp_path):
   message = str(err.value)
   assert "encoder/layers_2/kernel" in message  # the first mismatch, by name
   assert "train.partial_restore = True" in message and "--gin.train.partial_restore=True" in message
+  assert "Give the model gin file(s)" in message and "MODEL_DIR" not in message  # not resuming
 
 
 def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path):

@@ -13,6 +13,10 @@ there (`VOCABULARY = None`): `get_initial_variables` would otherwise check the v
 """
 from __future__ import annotations
 
+if __name__ == '__main__':  # the table alone: quiet before TensorFlow is imported (t2t.logs)
+  from t2t import logs
+  logs.quiet()
+
 import math
 import pathlib
 
@@ -21,6 +25,7 @@ import gin
 import jax
 import pytest
 
+import t2t.config  # noqa: F401  (hides gin's 'Path not found' log of each search-path miss)
 import t2t.data.vocabularies  # noqa: F401  (registers gin configurables used by the gin files)
 from t2t.models import hf_interop
 from t2t.models.api import EncoderDecoderModel

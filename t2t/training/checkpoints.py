@@ -405,12 +405,28 @@ def _is_disk_full(e: BaseException | None) -> bool:
   return False
 
 
+def _causes(error: BaseException) -> list[BaseException]:
+  """`error` and the exceptions it was raised from (or while handling), outermost first."""
+  chain: list[BaseException] = []
+  while error is not None and all(error is not seen for seen in chain):
+    chain.append(error)
+    error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+  return chain
+
+
 def _read_failure(step_dir: str, item: str, error: BaseException) -> str:
-  """"<file>: <ErrorType>: <first line of its message>" for a failed read of a checkpoint item,
-  the file being the deepest under `step_dir` the message names (else the item's directory);
-  tensorstore's messages run to kilobytes of JSON spec after their first sentence."""
-  where = _culprit_file(str(error), step_dir) or f"{step_dir.rstrip('/')}/{item}"
-  return f"{where}: {type(error).__name__}: {_first_line(error)}"
+  """"<file>: <ErrorType>: <first line of its message>" for a failed read of a checkpoint item.
+
+  The file is the deepest under `step_dir` that the error or its causes name (else the item's
+  directory); the message is the innermost cause's, tensorstore's own report: orbax wraps a
+  failed array read in an `Exception` whose text is a bound method's repr and kilobytes of
+  JSON spec, raised from tensorstore's `OUT_OF_RANGE: Error reading "<parameter>" ...`.
+  """
+  chain = _causes(error)
+  named = [f for f in (_culprit_file(str(e), step_dir) for e in chain) if f]
+  where = max(named, key=lambda f: f.count("/")) if named else f"{step_dir.rstrip('/')}/{item}"
+  innermost = chain[-1]
+  return f"{where.rstrip('/')}: {type(innermost).__name__}: {_first_line(innermost)}"
 
 
 @contextlib.contextmanager

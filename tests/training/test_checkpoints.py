@@ -118,6 +118,27 @@ def test_loading_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path, item
   assert os.listdir(tmp_path) == ["checkpoint_4"]  # a load never moves anything
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_truncated_large_array_file_names_the_parameter_not_orbaxs_wrapper(tmp_path):
+  # A large array lives in the OCDBT data files under params/ocdbt.process_0/d/; orbax wraps
+  # its failed read in an Exception whose text is a bound method's repr and the TensorStore spec.
+  tree = {"emb": jnp.asarray(np.random.default_rng(0).standard_normal((2048, 32)), jnp.float32),
+          "scale": jnp.ones((32,), jnp.float32)}
+  ckpt = checkpoints.Checkpointer(str(tmp_path))
+  ckpt.save(2, tree, {}, {})
+  ckpt.close()
+  params = tmp_path / "checkpoint_2" / "params"
+  largest = max((p for p in params.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+  assert largest.parent.name == "d" and largest.stat().st_size > 100_000
+  _garble(largest, truncate=True)
+  with pytest.raises(checkpoints.CorruptCheckpointError) as err:
+    checkpoints.load_params(str(tmp_path), tree, _replicated(tree))
+  message = str(err.value)
+  assert f"cannot be read ({params}: ValueError: OUT_OF_RANGE: Error reading \"emb/" in message, message
+  assert "bound method" not in message and "Encountered error" not in message, message
+  assert "\n" not in message and len(message) < 700, message
+
+
 def test_reading_lets_mismatches_and_out_of_memory_through(tmp_path):
   with pytest.raises(checkpoints.CheckpointMismatchError):
     with checkpoints.reading("somewhere/checkpoint_1", "params"):

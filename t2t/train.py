@@ -236,8 +236,12 @@ def train(*,
         profiler.start_hook(start, state, None, None)
       named = integrity.NamingDamagedFiles(batches, mixture_or_task_name, "train",
                                            use_cached_tasks)  # a DataLossError names its file
-      state = trainer_lib.run_loop(tr, state, named, train_steps, all_hooks, log_every,
-                                   on_stop=stop)
+      try:
+        state = trainer_lib.run_loop(tr, state, named, train_steps, all_hooks, log_every,
+                                     on_stop=stop)
+      except trainer_lib.NonFiniteError as e:
+        ckpt.wait()  # a save in flight (of a step before the bad one) is finished, and counted
+        raise e.with_checkpoint(ckpt.latest_step()) from None
     else:
       reporting.announce(
           f"MODEL_DIR already holds step {start} >= TRAIN_STEPS={train_steps}; nothing to train.")

@@ -53,15 +53,26 @@ class TrainState:
 
 
 class NonFiniteError(FloatingPointError):
-  """The loss or the gradient norm was NaN or infinite (`Trainer.on_nonfinite = 'stop'`)."""
+  """The loss or the gradient norm was NaN or infinite (`Trainer.on_nonfinite = 'stop'`).
 
-  def __init__(self, step: int, quantity: str, count: int, seen_at: int):
-    self.step, self.quantity, self.count = step, quantity, count
+  `checkpoint` says what the run has to resume from; the trainer does not know its checkpoints,
+  so t2t.train re-raises the error with it (`with_checkpoint`).
+  """
+
+  def __init__(self, step: int, quantity: str, count: int, seen_at: int,
+               checkpoint: str = "so the checkpoints written before it are intact"):
+    self.step, self.quantity, self.count, self.seen_at = step, quantity, count, seen_at
     super().__init__(
         f"The {quantity} was not finite (NaN or inf) at step {step} ({count} non-finite "
         f"step(s) seen by step {seen_at}). Their updates were not applied and nothing was saved "
-        f"after step {step - 1}, so the last checkpoint is intact. Lower the learning rate, "
-        "check the data, or set Trainer.on_nonfinite = 'skip' to skip such steps.")
+        f"after step {step - 1}, {checkpoint}. Lower the learning rate, check the data, or set "
+        "Trainer.on_nonfinite = 'skip' to skip such steps.")
+
+  def with_checkpoint(self, latest: int | None) -> "NonFiniteError":
+    """The same error naming the newest checkpoint in MODEL_DIR (`latest`; None: there is none)."""
+    checkpoint = (f"so the latest checkpoint, step {latest}, is intact" if latest is not None
+                  else "and no checkpoint had been written yet")
+    return NonFiniteError(self.step, self.quantity, self.count, self.seen_at, checkpoint)
 
 
 @dataclasses.dataclass(frozen=True)

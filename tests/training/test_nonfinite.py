@@ -98,8 +98,8 @@ def test_a_nonfinite_step_is_not_applied_and_stop_names_it(trainers, what, quant
   assert not all(np.array_equal(a, b) for a, b in zip(
       jax.tree.leaves(after[0]), jax.tree.leaves(_host(state.params))))
   with pytest.raises(trainer_lib.NonFiniteError,
-                     match=rf"The {quantity} was not finite .* at step 3 .*last checkpoint is "
-                           "intact") as e:
+                     match=rf"The {quantity} was not finite .* at step 3 .*nothing was saved "
+                           r"after step 2, so the checkpoints written before it are intact\.") as e:
     tr.check_finite(4, state)
   assert (e.value.step, e.value.quantity) == (3, quantity)
   assert isinstance(e.value, FloatingPointError)
@@ -140,7 +140,8 @@ def test_unknown_mode_is_refused():
 
 def test_train_never_checkpoints_a_nonfinite_state(tmp_path):
   model = NanAt(toy.model(), step=3, what="loss")
-  with pytest.raises(trainer_lib.NonFiniteError, match="loss .* at step 3 "):
+  with pytest.raises(trainer_lib.NonFiniteError,
+                     match="loss .* at step 3 .* so the latest checkpoint, step 2, is intact"):
     train_lib.train(model=model, mixture_or_task_name=toy.TASK,
                     task_feature_lengths=toy.LENGTHS, train_steps=5, model_dir=str(tmp_path),
                     batch_size=BATCH, optimizer=optim.adafactor(learning_rate=0.01),
@@ -155,3 +156,14 @@ def test_train_never_checkpoints_a_nonfinite_state(tmp_path):
   finally:
     ckpt.close()
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(_host((params, opt_state))))
+
+
+def test_a_run_without_a_checkpoint_yet_says_so(tmp_path):
+  model = NanAt(toy.model(), step=3, what="loss")
+  with pytest.raises(trainer_lib.NonFiniteError,
+                     match=r"nothing was saved after step 2, and no checkpoint had been written yet\."):
+    train_lib.train(model=model, mixture_or_task_name=toy.TASK,
+                    task_feature_lengths=toy.LENGTHS, train_steps=5, model_dir=str(tmp_path),
+                    batch_size=BATCH, optimizer=optim.adafactor(learning_rate=0.01),
+                    checkpoint_every=10, log_every=1)
+  assert not [d for d in os.listdir(tmp_path) if d.startswith("checkpoint_")]

@@ -110,3 +110,17 @@ def test_a_failing_row_is_reported_and_the_others_still_run(tmp_path, monkeypatc
   record = json.loads((tmp_path / study.STUDY_FILE).read_text())["rows"]["broken"]
   assert "bad (seed 0): train failed" in record["error"] and "restarts" not in record
   assert "| broken | bad | failed (see study.json) |" in (tmp_path / study.TABLE_FILE).read_text()
+
+
+def test_the_published_study_leaves_its_committed_table_alone_by_default():
+  # A smoke or one-row run of the README's command once replaced docs/studies/bbc_topic_200.md.
+  import gin  # pylint: disable=g-import-not-at-top
+  from t2t import config  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    config.parse_gin(["experiments/transfer_study/bbc_topic_200.gin"], ["STUDY_ROOT = '/tmp/s'"])
+    assert len(gin.query_parameter("run_study.rows")) >= 8  # the file did parse
+    with pytest.raises(ValueError):
+      gin.query_parameter("run_study.report_path")
+  finally:
+    gin.clear_config()

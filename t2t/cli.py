@@ -60,11 +60,18 @@ def parse_flags_into_gin() -> None:
 
 
 def start_distributed() -> bool:
-  """Joins a multi-host run (flags override gin's `initialize.*`); a no-op for one process."""
+  """Joins a multi-host run (flags override gin's `initialize.*`); a no-op for one process.
+
+  A joined run's CPU collectives (Gloo) print connection lines on standard output: with the
+  libraries quiet, they are filtered out too (`t2t.logs.quiet_collectives`)."""
+  from t2t import logs
   from t2t.training import distributed
   overrides = {name: getattr(FLAGS, name) for name in DISTRIBUTED_FLAGS
                if getattr(FLAGS, name) is not None}
-  return distributed.initialize(**overrides)
+  joined = distributed.initialize(**overrides)
+  if joined:
+    logs.quiet_collectives()
+  return joined
 
 
 # Markers of the checks t2t runs inside tf.data pipelines (tf.debugging assertions): the

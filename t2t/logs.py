@@ -14,6 +14,12 @@ warnings. None of it tells a t2t user anything they can act on, and it buries t2
   cannot be filtered); everything else, tracebacks included, passes through unchanged, and
   `RESTATED` lines are replaced by t2t's own words (`LineFilter`).
 
+In a run of several processes on CPUs, XLA's Gloo collectives print "[Gloo] Rank 0 is connected
+to 1 peer ranks. ..." on fd 1 (standard output) for every communicator they build, several per
+process. `quiet_collectives()` (called by `t2t.cli` once a multi-process run has joined) filters
+fd 1 the same way, dropping exactly those lines (`STDOUT_NOISE`); single-process runs leave
+standard output alone.
+
 `T2T_VERBOSE=1` or an absl `--verbosity` / `-v` flag turns all of this off.
 """
 from __future__ import annotations
@@ -24,7 +30,7 @@ import re
 import sys
 import threading
 import warnings
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 LIBRARIES = ("tensorflow", "tf_keras", "keras", "jax", "jaxlib", "flax", "optax", "orbax", "seqio",
              "absl", "gin", "tensorflow_datasets", "google", "etils", "chex", "numpy")
@@ -47,6 +53,11 @@ NOISE: tuple[re.Pattern, ...] = tuple(re.compile(p) for p in (
     r"site-packages/[\w/.-]+\.py:\d+: \w*Warning: ",  # a library's Python warning
 ))
 
+# Lines on standard output that are library chatter (XLA:CPU's Gloo collectives, C++ std::cout).
+STDOUT_NOISE: tuple[re.Pattern, ...] = (
+    re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks"),
+)
+
 # Library lines that do matter, restated once in t2t's words.
 RESTATED: tuple[tuple[re.Pattern, str], ...] = (
     # A library saying TensorBoard is missing; not any line that names it (t2t's own may).
@@ -55,7 +66,8 @@ RESTATED: tuple[tuple[re.Pattern, str], ...] = (
      "note: TensorBoard is not installed; t2t still writes metrics.jsonl in MODEL_DIR."),
 )
 
-_filter: Optional["_Fd2Filter"] = None
+_filter: Optional["_FdFilter"] = None
+_stdout_filter: Optional["_FdFilter"] = None
 
 
 def verbose(argv: Sequence[str] = ()) -> bool:
@@ -109,22 +121,41 @@ class LineFilter:
     return line + "\n"
 
 
-class _Fd2Filter:
-  """Routes fd 2 through a pipe; a thread forwards the lines that are not noise."""
+def stdout_line(line: str) -> Optional[str]:
+  """The text to write for a line of standard output, or None to drop it (`STDOUT_NOISE`)."""
+  return None if any(p.search(line) for p in STDOUT_NOISE) else line + "\n"
 
-  def __init__(self):
-    sys.stderr.flush()
-    self._real = os.dup(2)
+
+class _FdFilter:
+  """Routes file descriptor `fd` (1 or 2) through a pipe; a thread forwards what `lines` keeps.
+
+  If the real destination goes away (a reader such as `head` exits), the rest is read and
+  dropped, so that the process never blocks on a full pipe.
+  """
+
+  def __init__(self, fd: int = 2, lines: Optional[Callable[[str], Optional[str]]] = None):
+    self._fd = fd
+    self._stream().flush()
+    self._real = os.dup(fd)
     read, write = os.pipe()
-    os.dup2(write, 2)
+    os.dup2(write, fd)
     os.close(write)
     self._read = read
-    self._lines = LineFilter()
-    self._thread = threading.Thread(target=self._pump, name="t2t-stderr-filter", daemon=True)
+    self._lines = lines or LineFilter()
+    self._broken = False
+    self._thread = threading.Thread(target=self._pump, name=f"t2t-fd{fd}-filter", daemon=True)
     self._thread.start()
 
+  def _stream(self):
+    return sys.stdout if self._fd == 1 else sys.stderr
+
   def _emit(self, text: str) -> None:
-    os.write(self._real, text.encode("utf-8", "replace"))
+    if self._broken:
+      return
+    try:
+      os.write(self._real, text.encode("utf-8", "replace"))
+    except OSError:  # e.g. EPIPE: nobody reads any more
+      self._broken = True
 
   def _line(self, line: str) -> None:
     text = self._lines(line)
@@ -148,12 +179,12 @@ class _Fd2Filter:
       self._line(pending)
 
   def close(self) -> None:
-    """Restores fd 2 and waits until every filtered line is out."""
+    """Restores the file descriptor and waits until every filtered line is out."""
     try:
-      sys.stderr.flush()
+      self._stream().flush()
     except Exception:  # pylint: disable=broad-except
       pass
-    os.dup2(self._real, 2)  # closes the pipe's last write end: the pump sees EOF
+    os.dup2(self._real, self._fd)  # closes the pipe's last write end: the pump sees EOF
     self._thread.join(timeout=5)
     os.close(self._read)
     os.close(self._real)
@@ -172,13 +203,27 @@ def quiet(argv: Optional[Sequence[str]] = None) -> bool:
   for library in LIBRARIES:
     warnings.filterwarnings("ignore", module=rf"{library}(\.|$)")
   if _filter is None:
-    _filter = _Fd2Filter()
+    _filter = _FdFilter(2)
     atexit.register(_close)
   return True
 
 
+def quiet_collectives() -> bool:
+  """Filters fd 1 for `STDOUT_NOISE` too, when `quiet()` is filtering (a multi-process run: see
+  the module docstring). Returns True when standard output is filtered."""
+  global _stdout_filter
+  if _filter is None:
+    return False
+  if _stdout_filter is None:
+    _stdout_filter = _FdFilter(1, stdout_line)
+  return True
+
+
 def _close() -> None:
-  global _filter
+  global _filter, _stdout_filter
+  if _stdout_filter is not None:
+    _stdout_filter.close()
+    _stdout_filter = None
   if _filter is not None:
     _filter.close()
     _filter = None

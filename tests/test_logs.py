@@ -100,3 +100,41 @@ def test_train_is_quiet_and_verbose_on_request(two_runs):
   verbose = second.stdout + second.stderr
   assert any(logs.is_noise(line) for line in verbose.splitlines()), verbose[-2000:]
   assert "step 2/2" in verbose
+
+
+def test_gloo_lines_are_the_only_stdout_noise():
+  assert logs.stdout_line("[Gloo] Rank 1 is connected to 7 peer ranks. Expected number of "
+                          "connected peer ranks is : 7") is None
+  for line in ("bbc_topic: accuracy 25.00", "/tmp/run/infer/inputs.jsonl", "[Gloo] something else"):
+    assert logs.stdout_line(line) == line + "\n"
+
+
+STDOUT_CHILD = r"""
+import os, sys
+from t2t import logs
+assert logs.quiet(["x"]) and logs.quiet_collectives()
+os.write(1, b"[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1\n")
+print("kept", flush=True)
+if len(sys.argv) > 1:  # the reader has gone: the rest must not block the process
+  for _ in range(2000):
+    print("x" * 1000)
+print("last")
+"""
+
+
+def test_a_joined_runs_stdout_drops_gloo_lines_and_never_blocks(tmp_path):
+  import os
+  import subprocess
+  import sys
+  env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+  env.pop("T2T_VERBOSE", None)
+  out = subprocess.run([sys.executable, "-c", STDOUT_CHILD], env=env, capture_output=True,
+                       text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout == "kept\nlast\n"
+  # A reader that stops early (`| head -1`): the child still finishes.
+  child = subprocess.Popen([sys.executable, "-c", STDOUT_CHILD, "flood"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+  assert child.stdout.readline() == b"kept\n"
+  child.stdout.close()
+  assert child.wait(timeout=120) == 0

@@ -118,9 +118,10 @@ def summarize(runs: Mapping[str, str], metric: str | None = None,
 
 def format_summary(summary: Mapping[str, Any]) -> str:
   """A small table: one line per run, then best / mean +- std / degenerate count."""
-  lines = [f"{'run':<16} {summary['metric']:>22}  degenerate"]
+  width = max([16, *(len(str(r["run"])) for r in summary["runs"])])  # long paths stay aligned
+  lines = [f"{'run':<{width}} {summary['metric']:>22}  degenerate"]
   for r in summary["runs"]:
-    lines.append(f"{r['run']:<16} {r['value']:>22.2f}  {'; '.join(r['degenerate']) or '-'}")
+    lines.append(f"{r['run']:<{width}} {r['value']:>22.2f}  {'; '.join(r['degenerate']) or '-'}")
   lines.append(f"best {summary['best_run']}: {summary['best']:.2f}   mean {summary['mean']:.2f} "
                f"+- {summary['std']:.2f} over {summary['num_runs']} runs   "
                f"degenerate {summary['num_degenerate']}/{summary['num_runs']}")

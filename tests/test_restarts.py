@@ -57,6 +57,10 @@ def test_summary_best_mean_std_and_degenerate_count(tmp_path):
   assert s["mean_non_degenerate"] == 90.0
   table = restarts.format_summary(s)
   assert "best seed_2: 100.00" in table and "degenerate 1/3" in table
+  long = dict(s, runs=[dict(r, run=f"/a/long/path/to/{r['run']}/eval") for r in s["runs"]])
+  rows = restarts.format_summary(long).splitlines()[:4]  # the header and the three runs
+  end = len("/a/long/path/to/seed_0/eval") + 1 + 22  # run column, a space, the value column
+  assert [row[end - 1] != " " and row[end:end + 2] for row in rows] == ["  "] * 4, rows
   lower = restarts.summarize(runs, "bbc_topic/accuracy", higher_is_better=False)
   assert lower["best_run"] == "seed_1"
 

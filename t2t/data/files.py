@@ -205,7 +205,8 @@ class FilesSource(seqio.DataSource):
                                   self._read["inputs_key"], self._read["targets_key"],
                                   self._read["tsv_header"]))
       if not rows:
-        raise ValueError(f"files_task.splits[{split!r}]: {', '.join(files)} hold no examples.")
+        raise ValueError(f"files_task.splits[{split!r}]: {', '.join(files)} "
+                         f"{'holds' if len(files) == 1 else 'hold'} no examples.")
       self._cache[split] = np.array(rows, dtype=object)  # [num_examples, 3]
     return self._cache[split]
 

@@ -145,7 +145,7 @@ BAD_FILES = [
     ("x.tsv", b"caf\xc3\xa9\tok\nna\xefve\tbad\n", r"x.tsv:2: not UTF-8 text"),
     ("x.tsv.gz", gzip.compress(b"a\tb\n" * 50, mtime=0)[:-12], r"x.tsv.gz: not a complete gzip file"),
     ("x.csv", b"a,b\n", r"x.csv: cannot tell the format from the extension '.csv'"),
-    ("x.tsv", b"\n\n", r"files_task.splits\['train'\]: .*x.tsv hold no examples"),
+    ("x.tsv", b"\n\n", r"files_task.splits\['train'\]: .*x.tsv holds no examples"),
 ]
 
 

@@ -110,7 +110,7 @@ def check_task_readable(provider: seqio.Task | seqio.Mixture) -> None:
   tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
   for task in tasks:
     for name, feature in sorted(task.output_features.items()):
-      check_readable(feature.vocabulary, f"Task {task.name!r}'s {name!r} vocabulary")
+      check_readable(feature.vocabulary, f"The {name!r} vocabulary of task {task.name!r}")
 
 
 # --- Fingerprints: which vocabulary a checkpoint was trained with ---------------------------------

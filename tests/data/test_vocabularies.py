@@ -97,11 +97,11 @@ def test_the_task_librarys_deferred_vocabulary_names_its_gin_binding(clean_gin, 
   missing = str(tmp_path / "sp.model")
   gin.bind_parameter("task_vocabulary.spm_path", missing)
   deferred = common.DeferredVocabulary()
-  with pytest.raises(ValueError, match=r"Task 'x''s 'inputs' vocabulary cannot be read from "
+  with pytest.raises(ValueError, match=r"The 'inputs' vocabulary of task 'x' cannot be read from "
                                        rf"{missing}: .* point task_vocabulary\.spm_path"):
-    vocabularies.check_readable(deferred, "Task 'x''s 'inputs' vocabulary")
+    vocabularies.check_readable(deferred, "The 'inputs' vocabulary of task 'x'")
   gin.bind_parameter("task_vocabulary.vocabulary", vocabularies.bbc_vocabulary())
-  vocabularies.check_readable(deferred, "Task 'x''s 'inputs' vocabulary")
+  vocabularies.check_readable(deferred, "The 'inputs' vocabulary of task 'x'")
 
 
 def test_a_tasks_and_a_models_vocabularies_are_checked_by_feature(tmp_path):
@@ -112,7 +112,7 @@ def test_a_tasks_and_a_models_vocabularies_are_checked_by_feature(tmp_path):
   bad = seqio.SentencePieceVocabulary(str(tmp_path / "missing.model"))
   name = files.files_task("vocab_check_files", {"train": str(data)}, vocabulary=bad)
   try:
-    with pytest.raises(ValueError, match=r"^Task 'vocab_check_files''s 'inputs' vocabulary cannot"):
+    with pytest.raises(ValueError, match=r"^The 'inputs' vocabulary of task 'vocab_check_files' cannot"):
       vocabularies.check_task_readable(seqio.get_mixture_or_task(name))
   finally:
     seqio.TaskRegistry.remove(name)

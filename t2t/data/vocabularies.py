@@ -162,9 +162,25 @@ def describe(record: Mapping[str, Any]) -> str:
 
 
 def task_record(provider: seqio.Task | seqio.Mixture) -> dict[str, dict[str, Any]]:
-  """{feature: fingerprint} of a task's (or mixture's) output features' vocabularies."""
-  return {name: fingerprint(feature.vocabulary)
-          for name, feature in sorted(provider.output_features.items())}
+  """{feature: fingerprint} of a task's (or mixture's) output features' vocabularies.
+
+  A mixture's `output_features` are its first task's, so every task is fingerprinted: tasks of
+  one mixture that tokenize a feature differently are refused (a model reads one vocabulary;
+  the others' text would be read with the wrong ids, and their scores would be nonsense)."""
+  tasks = provider.tasks if isinstance(provider, seqio.Mixture) else [provider]
+  records = {task.name: {name: fingerprint(feature.vocabulary)
+                         for name, feature in sorted(task.output_features.items())}
+             for task in tasks}
+  first_task, first = next(iter(records.items()))
+  for task_name, record in records.items():
+    for feature in sorted(set(first) & set(record)):
+      if dict(first[feature]) != dict(record[feature]):
+        raise ValueError(
+            f"Mixture {provider.name!r} mixes vocabularies: the {feature!r} feature of task "
+            f"{first_task!r} is {describe(first[feature])}, of task {task_name!r} "
+            f"{describe(record[feature])}. A model reads one vocabulary: give the tasks the same "
+            "one, or evaluate them separately.")
+  return first
 
 
 def model_record(model: Any) -> dict[str, dict[str, Any]]:

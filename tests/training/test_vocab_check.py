@@ -152,3 +152,39 @@ def test_infer_refuses_a_checkpoint_of_another_vocabulary(two_models, tmp_path):
                 output_dir=str(tmp_path / "out"), task_feature_lengths=toy.LENGTHS,
                 input_file=str(tmp_path / "inputs.txt"), batch_size=2)
   assert not (tmp_path / "out" / "inputs.jsonl").exists()
+
+
+def test_a_mixture_of_tasks_with_other_vocabularies_is_refused(two_models, tmp_path):
+  # seqio's Mixture.output_features are its first task's: eval once scored the second task's
+  # predictions, read with the wrong ids, without a word (found by an audit).
+  from t2t import eval as eval_lib  # pylint: disable=g-import-not-at-top
+  a, b, _ = two_models
+  toy.register()
+  source = seqio.get_mixture_or_task(toy.TASK).source
+  names = ("vocab_mix_a", "vocab_mix_b", "vocab_mix")
+  for name, vocab in zip(names, (a, b)):
+    seqio.TaskRegistry.remove(name)
+    seqio.TaskRegistry.add(name, source=source, preprocessors=[],
+                           output_features={k: seqio.Feature(vocab) for k in ("inputs", "targets")},
+                           metric_fns=[lambda targets, predictions: {"n": len(targets)}])
+  seqio.MixtureRegistry.remove(names[2])
+  seqio.MixtureRegistry.add(names[2], [(names[0], 1.0), (names[1], 1.0)])
+  try:
+    message = (r"Mixture 'vocab_mix' mixes vocabularies: the 'inputs' feature of task "
+               r"'vocab_mix_a' is SentencePieceVocabulary \(30 ids, .*\), of task 'vocab_mix_b' "
+               r"SentencePieceVocabulary \(30 ids, .*\)\. A model reads one vocabulary")
+    with pytest.raises(ValueError, match=message):
+      vocabularies.task_record(seqio.get_mixture_or_task(names[2]))
+    ckpt = checkpoints.Checkpointer(str(tmp_path / "run"))
+    ckpt.save(5, _tree(), {}, {"vocabulary": _record(a)})
+    ckpt.close()
+    with pytest.raises(ValueError, match=message):
+      eval_lib.evaluate(model=toy.model(), mixture_or_task_name=names[2],
+                        checkpoint_path=str(tmp_path / "run"), output_dir=str(tmp_path / "eval"),
+                        task_feature_lengths=toy.LENGTHS, num_examples=4, batch_size=4)
+    assert vocabularies.task_record(seqio.get_mixture_or_task(names[0]))["inputs"] == \
+        vocabularies.fingerprint(a)
+  finally:
+    seqio.MixtureRegistry.remove(names[2])
+    for name in names[:2]:
+      seqio.TaskRegistry.remove(name)

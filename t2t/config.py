@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import sysconfig
+import tokenize
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -174,7 +175,9 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
   resolved = [str(resolve_gin_file(f, search_paths)) for f in gin_files]
   try:
     gin.parse_config_files_and_bindings(resolved, list(gin_bindings), finalize_config=False)
-  except (ValueError, SyntaxError, ImportError) as e:
+  # OSError: an `include` of a file that is nowhere; TokenError: a binding such as `[1,` that
+  # never closes (gin's tokenizer raises it before its own syntax check).
+  except (ValueError, SyntaxError, ImportError, OSError, tokenize.TokenError) as e:
     from t2t import errors
     hint = errors.gin_suggestion(str(e))
     raise GinConfigError(f"Could not parse the gin configuration ({', '.join(gin_files)}; "

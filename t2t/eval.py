@@ -31,7 +31,7 @@ import numpy as np
 import seqio
 
 from t2t.data import integrity, postprocessors, registry, vocabularies
-from t2t.training import distributed, inputs, paths, reporting
+from t2t.training import arguments, distributed, inputs, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
 
@@ -64,6 +64,13 @@ def evaluate(*,
   sorts the examples by input length and runs each batch at a power-of-two bucket of its longest
   input (`Predictor`) instead of the mixture's longest.
   """
+  output_dir = arguments.directory(output_dir, "EVAL_OUTPUT_DIR (evaluate.output_dir)")
+  batch_size = arguments.positive_int(batch_size, "EVAL_BATCH_SIZE (evaluate.batch_size)")
+  num_examples = arguments.optional_positive_int(
+      num_examples, "EVAL_NUM_EXAMPLES (evaluate.num_examples)", "the whole split")
+  if task_feature_lengths is not None:
+    task_feature_lengths = arguments.feature_lengths(
+        task_feature_lengths, "TASK_FEATURE_LENGTHS (evaluate.task_feature_lengths)")
   inputs.limit_tf_threads()
   paths.check_writable(output_dir, "EVAL_OUTPUT_DIR")  # before the evaluation, not after it
   provider = registry.get_mixture_or_task(mixture_or_task_name)

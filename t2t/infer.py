@@ -28,7 +28,7 @@ import seqio
 import tensorflow as tf
 
 from t2t.data import registry, vocabularies
-from t2t.training import distributed, inputs, paths, reporting
+from t2t.training import arguments, distributed, inputs, paths, reporting
 from t2t.training.partitioning import Partitioner
 from t2t.training.predictor import Predictor
 
@@ -53,6 +53,12 @@ def infer(*,
   if (input_file is None) == (mixture_or_task_name is None):
     raise ValueError("Set exactly one of INPUT_FILE (a text file, one input per line) and "
                      "MIXTURE_OR_TASK_NAME (a task split to decode).")
+  output_dir = arguments.directory(output_dir, "INFER_OUTPUT_DIR (infer.output_dir)")
+  batch_size = arguments.positive_int(batch_size, "INFER_BATCH_SIZE (infer.batch_size)")
+  num_examples = arguments.optional_positive_int(
+      num_examples, "INFER_NUM_EXAMPLES (infer.num_examples)", "every input")
+  task_feature_lengths = arguments.feature_lengths(
+      task_feature_lengths, "TASK_FEATURE_LENGTHS (infer.task_feature_lengths)")
   inputs.limit_tf_threads()
   paths.check_writable(output_dir, "INFER_OUTPUT_DIR")  # before decoding, not after it
   vocabularies.check_model_readable(model)  # one clear error for a vocabulary file out of reach
@@ -60,9 +66,19 @@ def infer(*,
   lengths = dict(task_feature_lengths)
   if input_file is not None:
     source = paths.resolve(input_file)
+    if source.is_dir():
+      raise FileNotFoundError(f"INPUT_FILE '{input_file}' is a directory, not a text file (one "
+                              "input per line).")
     if not source.is_file():
       raise FileNotFoundError(f"INPUT_FILE '{input_file}' does not exist.")
-    texts = [line.rstrip("\r") for line in source.read_text(encoding="utf-8").split("\n")]
+    data = source.read_bytes()
+    try:
+      text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+      line = data.count(b"\n", 0, err.start) + 1
+      raise ValueError(f"INPUT_FILE '{input_file}', line {line}: not UTF-8 text ({err.reason} at "
+                       f"byte {err.start}); save it as UTF-8, one input per line.") from None
+    texts = [line.rstrip("\r") for line in text.split("\n")]
     if texts and texts[-1] == "":
       texts.pop()  # the newline that ends the last line
     if not texts:

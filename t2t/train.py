@@ -57,7 +57,8 @@ from t2t.data import limited  # noqa: F401  (registers @limited_task for gin fil
 from t2t.data import registry
 from t2t.data import cache as cache_lib
 from t2t.data import integrity, vocabularies
-from t2t.training import adaptation, checkpoints, distributed, input_state, inputs, optim, paths
+from t2t.training import adaptation, arguments, checkpoints, distributed, input_state, inputs, optim
+from t2t.training import paths
 from t2t.training import warm_start
 from t2t.training import preemption, profiling, reporting
 from t2t.training import trainer as trainer_lib
@@ -101,10 +102,24 @@ def train(*,
   looked up in `cache_dirs` (and seqio's global cache dirs). With `profile`: a `jax.profiler`
   trace of the steps it names under `profile/` (t2t/training/profiling.py).
   """
+  # Bad values from gin (a string for a number, 0 for a batch) fail here, named, not deep inside.
+  train_steps = arguments.positive_int(train_steps, "TRAIN_STEPS (train.train_steps)")
+  batch_size = arguments.positive_int(batch_size, "BATCH_SIZE (train.batch_size)")
+  seed = arguments.integer(seed, "SEED (train.seed)")
+  use_packing = arguments.boolean(use_packing, "USE_PACKING (train.use_packing)")
+  checkpoint_every = arguments.non_negative_int(
+      checkpoint_every, "CHECKPOINT_EVERY (train.checkpoint_every)", "only at the end")
+  log_every = arguments.positive_int(log_every, "train.log_every")
+  model_dir = arguments.directory(model_dir, "MODEL_DIR (train.model_dir)")
+  provider = registry.get_mixture_or_task(mixture_or_task_name)
+  # The features the model's converter reads need a length (a decoder-only LM: 'targets' only).
+  needed = getattr(model.feature_converter_cls, "TASK_FEATURES", provider.output_features)
+  task_feature_lengths = arguments.feature_lengths(
+      task_feature_lengths, "TASK_FEATURE_LENGTHS (train.task_feature_lengths)",
+      required=set(needed) & set(provider.output_features))
   inputs.limit_tf_threads()
   model_dir = paths.to_str(model_dir)  # local paths absolute; URLs (gs://...) as given
   paths.check_writable(model_dir, "MODEL_DIR")  # before any compilation; process 0 only
-  provider = registry.get_mixture_or_task(mixture_or_task_name)
   registry.check_split_readable(provider, "train")
   vocabularies.check_task_readable(provider)  # one clear error for a vocabulary file out of reach
   vocabularies.check_model_readable(model)

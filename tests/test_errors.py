@@ -58,6 +58,17 @@ def test_missing_gin_file():
     config.parse_gin(["runs/pretrian.gin"])
 
 
+def test_an_include_of_a_missing_file_and_an_unclosed_binding(tmp_path):
+  # Both were tracebacks (gin's OSError, the tokenizer's TokenError) until an audit found them.
+  including = tmp_path / "mine.gin"
+  including.write_text("include 'nope/missing.gin'\n")
+  with pytest.raises(config.GinConfigError, match=r"Could not parse the gin configuration "
+                                                  r"\(.*mine.gin.*nope/missing.gin"):
+    config.parse_gin([str(including)])
+  with pytest.raises(config.GinConfigError, match=r"Could not parse .*'TRAIN_STEPS = \[1,'.*EOF"):
+    config.parse_gin(["runs/pretrain.gin"], ["TRAIN_STEPS = [1,"])
+
+
 def test_feature_lengths_too_short_for_the_objective():
   ds = tf.data.Dataset.from_tensors({"targets": tf.constant([5, 6, 7])})
   with pytest.raises(ValueError, match=r"prefix_lm needs feature lengths >= 3"):
@@ -73,6 +84,24 @@ def test_input_file_that_does_not_exist(tmp_path):
     infer.infer(model=model, checkpoint_path=str(tmp_path), output_dir=str(tmp_path),
                 task_feature_lengths={"inputs": 8, "targets": 4},
                 input_file=str(tmp_path / "nope.txt"))
+  # A directory, and text that is not UTF-8: each named as what it is (an audit found "does not
+  # exist" and a bare UnicodeDecodeError naming no file).
+  (tmp_path / "latin1.txt").write_bytes("caf\u00e9\nna\u00efve\n".encode("utf-8") + b"r\xe9sum\xe9\n")
+  for name, message in (("", r"is a directory, not a text file"),
+                        ("latin1.txt", r"latin1\.txt', line 3: not UTF-8 text \(invalid "
+                                       r"continuation byte at byte 14\)")):
+    with pytest.raises((FileNotFoundError, ValueError), match=message):
+      infer.infer(model=model, checkpoint_path=str(tmp_path), output_dir=str(tmp_path),
+                  task_feature_lengths={"inputs": 8, "targets": 4},
+                  input_file=str(tmp_path / name))
+
+
+def test_a_checkpoint_path_that_is_a_file(tmp_path):
+  from t2t.training import checkpoints  # pylint: disable=g-import-not-at-top
+  (tmp_path / "metrics.jsonl").write_text("{}\n")
+  with pytest.raises(FileNotFoundError, match=r"metrics\.jsonl' is a file, not a checkpoint: "
+                                              r"give a model directory"):
+    checkpoints.resolve_checkpoint(str(tmp_path / "metrics.jsonl"))
 
 
 # --- An empty split ---------------------------------------------------------------------------
@@ -250,6 +279,48 @@ def test_a_vocabulary_file_out_of_reach(empty_tasks, tmp_path):
                 task_feature_lengths=empty_tasks.LENGTHS, input_file=str(tmp_path / "in.txt"))
 
 
+@pytest.mark.parametrize("override,message", [
+    (dict(train_steps="abc"), r"TRAIN_STEPS \(train.train_steps\) must be a whole number >= 1, "
+                              r"got 'abc' \(str\)"),
+    (dict(train_steps=-5), r"TRAIN_STEPS .* got -5"),
+    (dict(batch_size=0), r"BATCH_SIZE \(train.batch_size\) must be a whole number >= 1, got 0"),
+    (dict(seed="abc"), r"SEED \(train.seed\) must be a whole number"),
+    (dict(use_packing="no"), r"USE_PACKING \(train.use_packing\) must be True or False"),
+    (dict(task_feature_lengths={"inputs": 16}), r"TASK_FEATURE_LENGTHS .* no length for "
+                                                 r"feature\(s\) \['targets'\]"),
+    (dict(task_feature_lengths={"inputs": 16.5, "targets": 16}), r"every length must be a whole"),
+    (dict(model_dir=""), r"MODEL_DIR \(train.model_dir\) must be a directory path"),
+])
+def test_gin_values_of_the_wrong_kind_are_named_before_anything_runs(empty_tasks, tmp_path,
+                                                                   override, message):
+  # Found by an audit: tracebacks from the loop, JAX or tf.data, or a run that did otherwise.
+  model_dir = override.pop("model_dir", tmp_path / "run")
+  with pytest.raises(ValueError, match=message):
+    _train(empty_tasks, model_dir, **override)
+  assert not (tmp_path / "run").exists()  # checked before MODEL_DIR is created
+
+
+def test_eval_and_infer_values_of_the_wrong_kind(empty_tasks, tmp_path):
+  from t2t import eval as eval_lib, infer  # pylint: disable=g-import-not-at-top
+  common = dict(model=empty_tasks.model(), mixture_or_task_name=empty_tasks.TASK,
+                checkpoint_path="x")
+  for kwargs, message in ((dict(num_examples=0), r"EVAL_NUM_EXAMPLES .* or None \(the whole "
+                                                 r"split\), got 0"),
+                          (dict(batch_size=0), r"EVAL_BATCH_SIZE .* got 0"),
+                          (dict(output_dir=""), r"EVAL_OUTPUT_DIR .* directory path")):
+    with pytest.raises(ValueError, match=message):
+      eval_lib.evaluate(**{"output_dir": str(tmp_path / "eval"), **common, **kwargs})
+  for kwargs, message in ((dict(batch_size=0), r"INFER_BATCH_SIZE .* got 0"),
+                          (dict(num_examples=0), r"INFER_NUM_EXAMPLES .* got 0"),
+                          (dict(task_feature_lengths={"inputs": 32, "targets": 0}),
+                           r"TASK_FEATURE_LENGTHS \(infer.task_feature_lengths\): every length")):
+    with pytest.raises(ValueError, match=message):
+      infer.infer(**{"output_dir": str(tmp_path / "infer"), "model": common["model"],
+                     "checkpoint_path": "x", "task_feature_lengths": empty_tasks.LENGTHS,
+                     "mixture_or_task_name": empty_tasks.TASK, **kwargs})
+  assert not (tmp_path / "eval").exists() and not (tmp_path / "infer").exists()
+
+
 # --- Batch size and sequence length against the model -------------------------------------------
 def test_batch_not_divisible_by_the_mesh():
   # One device cannot hold a mesh with more data shards than the batch: 4 simulated devices.
@@ -312,6 +383,8 @@ def test_the_catalogue_lists_every_case():
                  "the vocabulary changed", "must be divisible by the",
                  "BertConfig.max_position_embeddings", "relative position",
                  "cannot be read from", "is not a SentencePiece model",  # + test_vocabularies.py
+                 "must be a whole number >= 1", "must be True or False", "mixes vocabularies",
+                 "Unable to open file",
                  # rows whose tests live beside their modules:
                  "is corrupted", "No readable checkpoint",  # tests/training/test_checkpoints.py
                  "cannot be read (DIR/checkpoint_N/params",  # ... and test_warm_start.py

@@ -494,6 +494,10 @@ def resolve_checkpoint(path: str) -> tuple[str, int]:
     return os.fspath(resolved.parent), int(base[len(STEP_PREFIX) + 1:])
   path = os.fspath(resolved)
   if not resolved.is_dir():
+    if resolved.exists():
+      raise FileNotFoundError(
+          f"Checkpoint path '{path}' is a file, not a checkpoint: give a model directory "
+          f"(holding {STEP_PREFIX}_<step> directories) or one {STEP_PREFIX}_<step> directory.")
     raise FileNotFoundError(f"Checkpoint path '{path}' does not exist.")
   prefix = STEP_PREFIX + "_"
   steps = sorted(int(d.name[len(prefix):]) for d in resolved.iterdir()

@@ -124,7 +124,12 @@ def known_macros(gin_files: Sequence[str], search_paths: Sequence[str] = ()) -> 
 
 def check_axes(axes: Mapping[str, Sequence[Any]], gin_files: Sequence[str],
                search_paths: Sequence[str] = ()) -> None:
-  """Refuses an axis that is not a macro of the cell's gin files, suggesting the closest."""
+  """Refuses axes that are not a {macro: [values]} dict, and an axis that is not a macro of the
+  cell's gin files (suggesting the closest)."""
+  if not isinstance(axes, Mapping):
+    raise ValueError(f"run_grid.axes must be a dict {{MACRO: [values]}}, e.g. {{'TARGET': "
+                     f"['bbc_topic', 'bbc_same_topic']}}, got the {type(axes).__name__} "
+                     f"{axes!r}.")
   if not axes:
     raise ValueError("run_grid.axes is empty: declare at least one {MACRO: [values]}.")
   macros = known_macros(gin_files, search_paths)
@@ -132,7 +137,7 @@ def check_axes(axes: Mapping[str, Sequence[Any]], gin_files: Sequence[str],
     if not _MACRO.match(name):
       raise ValueError(f"run_grid.axes: {name!r} is not a gin macro name; bind the parameter to "
                        f"a macro in the cell's gin file and vary the macro.")
-    if isinstance(values, (str, bytes)) or not len(values):
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence) or not values:
       raise ValueError(f"run_grid.axes[{name!r}] must be a non-empty list of values, "
                        f"got {values!r}.")
     if name not in macros:
@@ -185,6 +190,18 @@ def _binding(name: str, value: Any) -> str:
   return f"{name} = {value!r}"
 
 
+def check_seeds(seeds: Sequence[int]) -> None:
+  """Refuses seeds that are not a non-empty list of distinct integers (e.g. a bare `3`)."""
+  if (isinstance(seeds, (str, bytes, Mapping)) or not isinstance(seeds, Sequence)
+      or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)):
+    raise ValueError(f"run_grid.seeds must be a list of integer seeds, e.g. [0, 1, 2] (one run "
+                     f"of every cell per seed), got {seeds!r}.")
+  if not seeds:
+    raise ValueError("run_grid.seeds is empty: give at least one seed.")
+  if len(set(seeds)) != len(seeds):
+    raise ValueError(f"run_grid.seeds repeats a seed: {list(seeds)}.")
+
+
 @gin.configurable
 def run_grid(root: str = gin.REQUIRED, cell_gin_files: Sequence[str] = gin.REQUIRED,
              axes: Mapping[str, Sequence[Any]] = gin.REQUIRED, seeds: Sequence[int] = (0,),
@@ -204,10 +221,11 @@ def run_grid(root: str = gin.REQUIRED, cell_gin_files: Sequence[str] = gin.REQUI
     max_parallel: cells run at once (None: `default_parallel()`).
     status_every_s: the status line is printed on every change and at least this often.
   """
-  if not seeds:
-    raise ValueError("run_grid.seeds is empty: give at least one seed.")
-  if len(set(seeds)) != len(seeds):
-    raise ValueError(f"run_grid.seeds repeats a seed: {list(seeds)}.")
+  check_seeds(seeds)
+  if max_parallel is not None and (isinstance(max_parallel, bool)
+                                   or not isinstance(max_parallel, int) or max_parallel < 1):
+    raise ValueError(f"run_grid.max_parallel (--max_parallel) must be an integer >= 1 (cells run "
+                     f"at once), got {max_parallel!r}.")
   check_axes(axes, cell_gin_files, search_paths)
   spec = {"axes": {k: list(v) for k, v in axes.items()}, "seeds": list(seeds),
           "cell_gin_files": list(cell_gin_files), "bindings": list(bindings),
@@ -475,10 +493,13 @@ def main(argv: Iterable[str]) -> None:
   if fv.run_cell:
     run_cell(fv.run_cell)
     return
+  if fv.max_parallel is not None and fv.max_parallel < 1:  # 0 used to mean the default
+    raise ValueError(f"--max_parallel must be at least 1 (cells run at once), got "
+                     f"{fv.max_parallel}.")
   import signal
   # `kill <grid pid>` stops the running cells too (the cleanup in _schedule).
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
   config.parse_gin(fv.gin_file, fv.gin_bindings, imports=("t2t.experiment",),
                    extra_search_paths=fv.gin_search_path)
-  kwargs = {"max_parallel": fv.max_parallel} if fv.max_parallel else {}
+  kwargs = {"max_parallel": fv.max_parallel} if fv.max_parallel is not None else {}
   run_grid(search_paths=fv.gin_search_path, dry_run=fv.dry_run, **kwargs)

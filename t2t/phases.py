@@ -233,9 +233,10 @@ class Runner:
     label = run.phase.name + (f" (seed {run.seed})" if run.seed is not None else "")
     marker = os.path.join(run.model_dir, DONE_FILE)
     if os.path.exists(marker) and not self.dry_run:
+      record = restarts.read_json(marker, f"Delete it and run the same command again: {label} "
+                                  "runs again, resuming from its latest checkpoint.")
       reporting.announce(f"\n[{label}] done earlier ({marker}); skipping.")
-      with open(marker) as f:
-        return json.load(f)
+      return record
     train = self.train_command(run, init)
     self._execute(f"{label}: train", train)
     record: dict[str, Any] = {"phase": run.phase.name, "seed": run.seed,
@@ -246,12 +247,15 @@ class Runner:
       self._execute(f"{label}: eval", evaluate)
       record["eval_command"] = format_command(evaluate)
       if not self.dry_run:
-        with open(os.path.join(run.model_dir, "eval", "metrics.json")) as f:
-          record["eval"] = json.load(f)
+        eval_dir = os.path.join(run.model_dir, "eval")
+        record["eval"] = restarts.read_json(
+            os.path.join(eval_dir, "metrics.json"),
+            f"Run the same command again: {label} is evaluated again into {eval_dir}.")
     record["checkpoint"] = checkpoint_of(run.model_dir)
-    if not self.dry_run:
-      with open(marker, "w") as f:
+    if not self.dry_run:  # written whole or not at all: a killed chain leaves no half record
+      with open(marker + ".tmp", "w") as f:
         json.dump(record, f, indent=2)
+      os.replace(marker + ".tmp", marker)
     return record
 
 

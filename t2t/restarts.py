@@ -58,18 +58,50 @@ def degeneracy(rows: Sequence[Mapping[str, Any]]) -> Degeneracy:
                     num_predicted=len(set(predictions)), reasons=tuple(reasons))
 
 
+def read_json(path: str, advice: str) -> Any:
+  """The JSON value in file `path`.
+
+  Raises:
+    ValueError: the file is not valid JSON (e.g. half-written by a run that was killed); the
+      message names it, where it breaks, and `advice` (what rewrites it).
+  """
+  with open(path) as f:
+    text = f.read()
+  try:
+    return json.loads(text)
+  except json.JSONDecodeError as e:
+    state = "is empty" if not text.strip() else (
+        f"is not valid JSON ({e.msg}: line {e.lineno} column {e.colno})")
+    raise ValueError(f"{path} {state}: a half-written file? {advice}") from None
+
+
+def _eval_advice(eval_dir: str) -> str:
+  return (f"Rerun t2t.eval with EVAL_OUTPUT_DIR={eval_dir} to write it again (in a t2t.phases "
+          "chain: delete the run's phase.json and run the chain's command again).")
+
+
 def read_run(eval_dir: str) -> dict[str, Any]:
   """{'metrics': {task: {metric: value}}, 'degeneracy': {task: Degeneracy}} of one eval dir."""
   path = os.path.join(eval_dir, "metrics.json")
   if not os.path.exists(path):
     raise FileNotFoundError(f"No metrics.json in {eval_dir}: run t2t.eval there first.")
-  with open(path) as f:
-    report = json.load(f)
+  report = read_json(path, _eval_advice(eval_dir))
+  if not isinstance(report, dict) or not isinstance(report.get("metrics"), dict):
+    raise ValueError(f"{path} holds no 'metrics' mapping: is it t2t.eval's metrics.json? "
+                     + _eval_advice(eval_dir))
   found = {}
   for pred_path in sorted(glob.glob(os.path.join(eval_dir, "*.predictions.jsonl"))):
     task = os.path.basename(pred_path).split(".")[0]
+    rows = []
     with open(pred_path) as f:
-      rows = [json.loads(line) for line in f if line.strip()]
+      for number, line in enumerate(f, 1):
+        if not line.strip():
+          continue
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{pred_path}:{number} is not valid JSON ({e.msg}: column "
+                           f"{e.colno}): a half-written file? {_eval_advice(eval_dir)}") from None
     if rows:
       found[task] = degeneracy(rows)
   return {"metrics": report["metrics"], "step": report.get("step"), "degeneracy": found}
@@ -138,6 +170,8 @@ def main(argv: Iterable[str]) -> int:
   parser.add_argument("--output", default=None, help="also write the summary as JSON here")
   args = parser.parse_args(list(argv))
   try:
+    if args.output:
+      check_output(args.output)
     summary = summarize({d: d for d in args.eval_dirs}, args.metric, not args.lower_is_better)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
@@ -147,6 +181,16 @@ def main(argv: Iterable[str]) -> int:
     with open(args.output, "w") as f:
       json.dump(summary, f, indent=2)
   return 0
+
+
+def check_output(path: str) -> None:
+  """Refuses an --output the summary cannot be written to (checked before reading the runs)."""
+  if os.path.isdir(path):
+    raise ValueError(f"--output={path} is a directory; give a file path for the JSON summary, "
+                     f"e.g. {os.path.join(path, 'restarts.json')}.")
+  parent = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(parent):
+    raise FileNotFoundError(f"--output={path}: its directory {parent} does not exist.")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import gin
 from absl import flags
 
 from t2t import phases as phases_lib
+from t2t import restarts
 from t2t.training import reporting
 
 STUDY_FILE = "study.json"
@@ -146,10 +147,16 @@ def _minutes(seconds: float) -> str:
 
 
 def _read(path: str) -> dict[str, Any]:
+  """The study record at `path` ({} before the first row); a half-written one is refused."""
   if not os.path.exists(path):
     return {}
-  with open(path) as f:
-    return json.load(f)
+  study = restarts.read_json(
+      path, "Delete it and run the study's command again (every row): finished phases are "
+      "skipped and each row's result is read again from its runs (their wall times restart).")
+  if not isinstance(study, dict) or not isinstance(study.get("rows", {}), dict):
+    raise ValueError(f"{path} is not a study record (a JSON object with 'rows'). Delete it, or "
+                     "choose another run_study.root.")
+  return study
 
 
 def _write(path: str, study: Mapping[str, Any]) -> None:

@@ -170,6 +170,32 @@ def test_a_typo_in_a_macro_name_suggests_the_closest(fake):
     experiment.check_axes({"TARGET": []}, ["experiments/grids/stilts_cell.gin"])
 
 
+def test_axes_seeds_and_max_parallel_of_the_wrong_kind_are_named(fake):
+  grid, invocations, _ = fake
+  # Before: AttributeError ('list' object has no attribute 'items').
+  with pytest.raises(ValueError, match=r"^run_grid.axes must be a dict \{MACRO: \[values\]\}, "
+                     r"e.g. .*, got the list \['LR', 'DROPOUT'\]\."):
+    grid(["LR", "DROPOUT"])
+  # Before: TypeError ('int' object is not iterable).
+  with pytest.raises(ValueError, match=r"^run_grid.seeds must be a list of integer seeds, e.g. "
+                     r"\[0, 1, 2\] .*, got 3\."):
+    experiment.run_grid(root="/tmp/unused", cell_gin_files=["x.gin"], axes={"LR": [1]}, seeds=3)
+  with pytest.raises(ValueError, match=r"run_grid.seeds must be a list of integer seeds.*'0'"):
+    grid({"LR": [1]}, seeds=["0"])
+  # Before: 0 ran the cells one at a time.
+  with pytest.raises(ValueError, match=r"run_grid.max_parallel \(--max_parallel\) must be an "
+                     "integer >= 1 .*, got 0"):
+    grid({"LR": [1], "DROPOUT": [0.0]}, max_parallel=0)
+  assert not invocations()
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+  with flagsaver.flagsaver():
+    flags.FLAGS(["t2t.experiment", "--max_parallel=0"])
+    with pytest.raises(ValueError, match=r"^--max_parallel must be at least 1 \(cells run at "
+                       r"once\), got 0\.$"):
+      experiment.main([])
+
+
 def test_chain_metrics_take_the_last_evaluated_phase_and_average_restarts():
   chain = {"inter": {"eval": {"metrics": {"a": {"accuracy": 50.0}}}, "model_dir": "/nonexistent"},
            "skipped": {"phase": "skipped", "disabled": True},

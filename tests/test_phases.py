@@ -124,3 +124,16 @@ def test_unknown_gin_file_or_phase_is_a_clear_error(tmp_path):
   out = run_phases(f"--gin_file={gin_file}", f"--gin.PHASES_ROOT={tmp_path}",
                    "--stop_after=third", check=False)
   assert out.returncode == 1 and "'third' names no phase" in out.stderr
+
+
+def test_a_half_written_phase_json_is_named_with_what_to_do(tmp_path, monkeypatch):
+  phase = phases.Phase(name="first", gin_files=["experiments/bbc_demo/finetune.gin"])
+  marker = tmp_path / "first" / phases.DONE_FILE
+  marker.parent.mkdir()
+  marker.write_text('{"phase": "first", "seed": null, "model_dir": "/tmp/ru')  # a killed write
+  runner = phases.Runner(str(tmp_path), [phase])
+  monkeypatch.setattr(runner, "_execute", lambda *args: pytest.fail("a phase ran"))
+  with pytest.raises(ValueError, match=f"^{marker} is not valid JSON .*: a half-written file\\? "
+                                       "Delete it and run the same command again: first runs "
+                                       "again, resuming from its latest checkpoint.$"):
+    runner.run()

@@ -1,5 +1,6 @@
 """Tests for t2t/restarts.py on hand-made eval outputs: best of N, spread, degenerate runs."""
 import json
+import os
 
 import pytest
 
@@ -79,3 +80,35 @@ def test_command_line(tmp_path, capsys):
   assert restarts.main([a, "--metric=bbc_topic/accuracy", f"--output={out}"]) == 0
   assert "best" in capsys.readouterr().out
   assert json.load(open(out))["best"] == 100.0
+
+
+def test_a_half_written_eval_file_is_named_with_what_to_do(tmp_path, capsys):
+  a = _eval_dir(tmp_path, "a", TARGETS)
+  metrics = os.path.join(a, "metrics.json")
+  with open(metrics) as f:
+    text = f.read()
+  with open(metrics, "w") as f:
+    f.write(text[:51])  # cut inside a string: "Invalid control character at: line 1 column 52"
+  with pytest.raises(ValueError, match=f"^{metrics} is not valid JSON .*: a half-written file\\? "
+                                       f"Rerun t2t.eval with EVAL_OUTPUT_DIR={a} "):
+    restarts.read_run(a)
+  assert restarts.main([a]) == 1
+  assert capsys.readouterr().err.startswith(f"error: {metrics} is not valid JSON")
+  b = _eval_dir(tmp_path, "b", TARGETS)
+  predictions = os.path.join(b, "bbc_topic.validation.predictions.jsonl")
+  with open(predictions, "a") as f:
+    f.write('{"target": "sp')
+  with pytest.raises(ValueError, match=f"^{predictions}:11 is not valid JSON"):
+    restarts.read_run(b)
+
+
+def test_an_output_directory_is_refused_before_the_summary(tmp_path, capsys):
+  a = _eval_dir(tmp_path, "a", TARGETS)
+  # Before: the summary was printed, then IsADirectoryError and its traceback.
+  assert restarts.main([a, f"--output={tmp_path}"]) == 1
+  captured = capsys.readouterr()
+  assert captured.err == (f"error: --output={tmp_path} is a directory; give a file path for the "
+                          f"JSON summary, e.g. {tmp_path / 'restarts.json'}.\n")
+  assert "best" not in captured.out
+  assert restarts.main([a, f"--output={tmp_path / 'no' / 'summary.json'}"]) == 1
+  assert "does not exist" in capsys.readouterr().err

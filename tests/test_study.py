@@ -124,3 +124,14 @@ def test_the_published_study_leaves_its_committed_table_alone_by_default():
       gin.query_parameter("run_study.report_path")
   finally:
     gin.clear_config()
+
+
+def test_a_half_written_study_json_is_named_with_what_to_do(tmp_path):
+  from t2t import phases
+  path = tmp_path / study.STUDY_FILE
+  path.write_text('{"command": "python -m t2t.study", "rows": {"A": {"chain": ["sh')
+  row = [phases.Phase(name="p", seeds=[0], eval_gin_files=["experiments/bbc_demo/eval.gin"])]
+  with pytest.raises(ValueError, match=f"^{path} is not valid JSON .*: a half-written file\\? "
+                                       "Delete it and run the study's command again"):
+    study.run_study(root=str(tmp_path), rows={"A": row})
+  assert path.read_text().endswith('["sh')  # left as it was

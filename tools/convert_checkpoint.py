@@ -54,19 +54,42 @@ _SHAPE_FIELDS = ("d_model", "num_heads", "d_kv", "d_ff", "num_encoder_layers", "
 
 
 # ------------------------------------------------------------------ Hugging Face side
+def read_hf_json(path: str, key: str | None = None) -> dict[str, Any]:
+  """The JSON object in `path`, a file of a Hugging Face directory (with `key`, when given).
+
+  Raises:
+    ValueError: the file is not valid JSON (truncated by an interrupted copy or download), is
+      not an object, or lacks `key`; the message names the file.
+  """
+  with open(path) as f:
+    text = f.read()
+  try:
+    raw = json.loads(text)
+  except json.JSONDecodeError as e:
+    state = "is empty" if not text.strip() else (
+        f"is not valid JSON ({e.msg}: line {e.lineno} column {e.colno})")
+    raise ValueError(f"{path} {state}: a truncated copy? Copy the Hugging Face directory again "
+                     "(config.json and weights as save_pretrained wrote them).") from None
+  if not isinstance(raw, dict) or (key is not None and key not in raw):
+    what = f"a JSON object with {key!r}" if key else "a JSON object"
+    raise ValueError(f"{path} is not {what}: is it the file save_pretrained wrote? Copy the "
+                     "Hugging Face directory again.")
+  return raw
+
+
 def load_hf_config(hf_dir: str) -> Any:
   """The `transformers` config of a local T5 / mT5 directory.
 
   Raises:
     FileNotFoundError: `hf_dir` has no config.json.
-    ValueError: the directory holds another architecture (its `model_type` is not t5 / mt5).
+    ValueError: the directory holds another architecture (its `model_type` is not t5 / mt5), or
+      its config.json is not valid JSON (`read_hf_json`).
   """
   path = os.path.join(hf_dir, "config.json")
   if not os.path.isfile(path):
     raise FileNotFoundError(f"No Hugging Face config.json in '{hf_dir}'. Pass the directory that "
                             "save_pretrained wrote (config.json + weights).")
-  with open(path) as f:
-    raw = json.load(f)
+  raw = read_hf_json(path)
   model_type = raw.get("model_type")
   if model_type not in ("t5", "mt5"):
     architectures = ", ".join(raw.get("architectures") or []) or "unknown architecture"
@@ -83,8 +106,7 @@ def load_hf_state_dict(hf_dir: str) -> dict[str, Any]:
     index = os.path.join(hf_dir, index_name)
     if not os.path.isfile(index):
       return None
-    with open(index) as f:
-      return sorted(set(json.load(f)["weight_map"].values()))
+    return sorted(set(read_hf_json(index, "weight_map")["weight_map"].values()))
 
   safetensors_files = files_from_index("model.safetensors.index.json")
   if safetensors_files is None and os.path.isfile(os.path.join(hf_dir, "model.safetensors")):

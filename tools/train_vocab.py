@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
+import sys
 from typing import Iterator, Sequence
 
 import sentencepiece as spm
@@ -46,6 +48,22 @@ def train_vocab(output_prefix: str, vocab_size: int = DEFAULT_VOCAB_SIZE, split:
     raise ValueError(f"vocab_size must be >= 4 (pad, eos, unk + pieces), got {vocab_size}.")
   prefix = pathlib.Path(output_prefix)
   prefix.parent.mkdir(parents=True, exist_ok=True)
+  try:
+    _train(prefix, vocab_size, split)
+  except RuntimeError as e:
+    # sentencepiece's check against the pieces the text allows: bad input, not a bug.
+    too_high = re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)",
+                         str(e))
+    if not too_high:
+      raise
+    raise ValueError(f"vocab_size {vocab_size} is more pieces than the BBC {split!r} split's text "
+                     f"yields: use a vocab_size <= {too_high.group(1)} (sentencepiece: "
+                     f"{too_high.group(0)}.)") from e
+  return prefix.with_suffix(".model")
+
+
+def _train(prefix: pathlib.Path, vocab_size: int, split: str) -> None:
+  """sentencepiece's unigram trainer with the settings the module docstring gives."""
   spm.SentencePieceTrainer.train(
     sentence_iterator=training_sentences(split),
     model_prefix=str(prefix),
@@ -62,17 +80,22 @@ def train_vocab(output_prefix: str, vocab_size: int = DEFAULT_VOCAB_SIZE, split:
     seed_sentencepiece_size=1000000,
     minloglevel=1,
   )
-  return prefix.with_suffix(".model")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
+  """The command line; bad input (a vocab_size out of range) is one line `error: ...`, status 2."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--output", required=True, help="output prefix, e.g. tasks/vocab/bbc_sp8k")
   parser.add_argument("--vocab_size", type=int, default=DEFAULT_VOCAB_SIZE)
   args = parser.parse_args(argv)
-  path = train_vocab(args.output, args.vocab_size)
+  try:
+    path = train_vocab(args.output, args.vocab_size)
+  except (ValueError, FileNotFoundError) as e:  # bad input: one line
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   print(f"wrote {path} and {path.with_suffix('.vocab')}")
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

@@ -16,13 +16,18 @@ writer needs a CRC-32C function from python-snappy, google-crc32c or crcmod (the
 TensorBoard's pure-Python CRC-32C, with a warning -- correct but slow, fine for small tasks on the
 DirectRunner. Remote workers (Dataflow, Flink, Spark) need one of those packages in their image.
 `cache_command` builds the command line; `check_cached` refuses, with the command to run, a task
-that has no cache point or whose cache is not found.
+that has no cache point or whose cache is not found. Before Beam starts, `check_cache_job_tasks`
+refuses a `--tasks` entry that would cache nothing (seqio only logs a warning and exits 0): an
+unknown name (with the closest registered ones), a mixture, or tasks without a cache point.
 """
 from __future__ import annotations
 
+import difflib
+import importlib
 import logging
+import re
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 import seqio
 
@@ -96,12 +101,93 @@ def check_cached(mixture_or_task_name: str, split: str = "train") -> None:
                        f"{split!r} (it has {list(task.splits)}).")
 
 
+_REGEX_CHARS = set("*+?[](){}|^$\\")
+_IMPORT_HINT = "with --module_import=my.tasks (t2t's own tasks: --module_import=tasks)"
+
+
+def _no_cache_point(names: Sequence[str]) -> str:
+  """Why tasks `names` cannot be cached, and the cacheable tasks with the closest names."""
+  cacheable = [n for n in seqio.TaskRegistry.names()
+               if seqio.TaskRegistry.get(n).supports_caching]
+  close = sorted({c for n in names for c in difflib.get_close_matches(n, cacheable, n=3,
+                                                                       cutoff=0.6)})
+  hint = f" Tasks with a cache point and close names: {', '.join(close)}." if close else ""
+  listed = ", ".join(repr(n) for n in names)
+  one = len(names) == 1
+  return (f"{'task' if one else 'tasks'} {listed} {'has' if one else 'have'} no cache point (no "
+          "seqio.CacheDatasetPlaceholder() among the preprocessors), so seqio's cache job would "
+          f"skip {'it' if one else 'them'} and write nothing. Add seqio.CacheDatasetPlaceholder() "
+          f"to {'its' if one else 'their'} preprocessors after the deterministic ones, or cache "
+          f"another task.{hint}")
+
+
+def check_cache_job_tasks(patterns: Sequence[str] | None,
+                          excluded: Sequence[str] | None = None) -> list[str]:
+  """The tasks seqio's cache job will cache for `--tasks` `patterns` and `--excluded_tasks`.
+
+  seqio reads each entry as a regex over the task registry and skips a task without a cache point
+  (`seqio.Task.supports_caching`) with an info line; an entry that so selects nothing would end
+  the job with exit status 0 and nothing written. Raises ValueError for such an entry instead: an
+  unknown name (with the closest registered names), a mixture (seqio caches tasks: its tasks
+  are named), a regex that matches no task, an entry whose every task is excluded, or tasks that
+  have no cache point. `patterns` None (no --tasks) means every registered task, unchecked.
+  """
+  names = list(seqio.TaskRegistry.names())
+  if patterns is None:
+    return [n for n in names if seqio.TaskRegistry.get(n).supports_caching]
+
+  def regex(pattern: str, flag: str) -> re.Pattern:
+    try:
+      return re.compile(rf"({pattern})\Z")
+    except re.error as e:
+      raise ValueError(f"{flag}: {pattern!r} is not a valid regular expression ({e}).") from e
+
+  skipped = [regex(p, "--excluded_tasks") for p in excluded or []]
+  chosen: list[str] = []
+  for pattern in patterns:
+    matched = [n for n in names if regex(pattern, "--tasks").match(n)]
+    if not matched:
+      if _REGEX_CHARS & set(pattern):
+        raise ValueError(f"--tasks: the pattern {pattern!r} matches no registered task "
+                         f"({len(names)} registered; import the module that registers yours "
+                         f"{_IMPORT_HINT}).")
+      provider = registry.get_mixture_or_task(pattern, how_to_import=_IMPORT_HINT)
+      raise ValueError(f"--tasks: {pattern!r} is a mixture; seqio's cache job caches tasks: "
+                       f"pass its tasks, --tasks={','.join(t.name for t in provider.tasks)}.")
+    kept = [n for n in matched if not any(r.match(n) for r in skipped)]
+    if not kept:
+      raise ValueError(f"--tasks: every task {pattern!r} names ({', '.join(matched)}) is "
+                       "excluded by --excluded_tasks: nothing to cache.")
+    cacheable = [n for n in kept if seqio.TaskRegistry.get(n).supports_caching]
+    if not cacheable:
+      raise ValueError(f"--tasks={pattern}: {_no_cache_point(kept)}")
+    chosen += [n for n in cacheable if n not in chosen]
+  return chosen
+
+
+def _checked(job_main: Callable[[Sequence[str]], None]) -> Callable[[Sequence[str]], None]:
+  """seqio's cache job `job_main`, after `check_cache_job_tasks` on its flags."""
+  def checked_main(argv: Sequence[str]) -> None:
+    from absl import flags
+    fv = flags.FLAGS
+    for module in fv.module_import:  # what seqio's job imports first: the tasks' registrations
+      if module:
+        importlib.import_module(module)
+    check_cache_job_tasks(fv.tasks, fv.excluded_tasks)
+    job_main(argv)
+  return checked_main
+
+
 def main() -> None:
-  """`python -m t2t.data.cache --tasks=... --output_cache_dir=... [seqio's cache flags]`."""
-  from absl import app
+  """`python -m t2t.data.cache --tasks=... --output_cache_dir=... [seqio's cache flags]`.
+
+  Bad input (an unknown task, a task without a cache point, a missing --module_import) ends the
+  run with one line `error: ...` and exit status 1 (`t2t.cli.run`), before Beam starts.
+  """
   from seqio.scripts import cache_tasks_main
+  from t2t import cli
   ensure_crc32c()
-  app.run(cache_tasks_main.main)
+  cli.run(_checked(cache_tasks_main.main))
 
 
 if __name__ == "__main__":

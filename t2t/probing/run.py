@@ -79,7 +79,8 @@ def probe(checkpoints: Sequence[str] = gin.REQUIRED, encoder: nn.Module = gin.RE
   """Probes every layer of every checkpoint (see the module docstring); returns the rows.
 
   Args:
-    checkpoints: model dirs or `checkpoint_<N>` dirs, all of the architecture of ``encoder``.
+    checkpoints: model dirs or `checkpoint_<N>` dirs, all of the architecture of ``encoder``;
+      one path alone (a string, e.g. `--gin.probe.checkpoints=/path`) is a list of one.
     layers: layer names/indices (None: all); a layer the encoder lacks is an error listing
       the layers it has.
     prefix_ids: ids put before each input (BERT: its [CLS], `mlm.bert_special_ids(...).cls`,
@@ -90,6 +91,11 @@ def probe(checkpoints: Sequence[str] = gin.REQUIRED, encoder: nn.Module = gin.RE
       rows with pooling "span" and probe task "<task>_window<w>".
     edge_steps: Adam steps of each edge probe.
   """
+  # A string is one path (iterating it would probe '/', 'p', 'a', ... character by character).
+  if isinstance(checkpoints, (str, os.PathLike)):
+    checkpoints = [os.fspath(checkpoints)]
+  if isinstance(checkpoint_names, str):
+    checkpoint_names = [checkpoint_names]
   if not checkpoints:
     raise ValueError("probe.checkpoints is empty: give at least one checkpoint path.")
   if diagnostic.KINDS.count(kind) == 0:

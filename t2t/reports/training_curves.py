@@ -6,11 +6,13 @@ read from the `metrics.jsonl` files t2t.train writes (t2t.training.reporting.Met
   python -m t2t.reports.training_curves --grid_root=<root> --out=...   (every run of a grid)
 
 A run whose file is missing, empty or without the scalar is listed 'n/a' (and named in the
-figure's legend), never dropped.
+figure's legend), never dropped; a scalar that no run logs for the split (a typo, or another
+split's) is an error that lists the scalars the files hold.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import glob
 import json
 import os
@@ -36,6 +38,48 @@ def read_curve(path: str, scalar: str, split: str) -> list[tuple[int, float]]:
       if row.get("split", split) == split and scalar in row:
         points[int(row["step"])] = float(row[scalar])  # a resumed run rewrites a step: keep last
   return sorted(points.items())
+
+
+def logged_scalars(paths: Sequence[str]) -> dict[str | None, set[str]]:
+  """{split: the scalars its rows hold} over the metrics.jsonl files `paths` (a missing file holds
+  none; rows without a split, which every split reads, under None)."""
+  found: dict[str | None, set[str]] = {}
+  for path in paths:
+    if not os.path.exists(path):
+      continue
+    with open(path) as f:
+      for line in f:
+        try:
+          row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+          continue  # read_curve has named a bad line already
+        if isinstance(row, dict):
+          split = row.get("split")
+          found.setdefault(None if split is None else str(split), set()).update(
+              k for k in row if k not in ("step", "split"))
+  return found
+
+
+def check_scalar_logged(paths: Sequence[str], scalar: str, split: str) -> None:
+  """Refuses a `scalar` that no `split` row of `paths` holds, listing the scalars they hold.
+
+  Without this a misspelt --scalar gave a figure and a table of nothing but n/a. Files that are
+  all missing or empty hold nothing to compare against: their runs stay n/a.
+  """
+  found = logged_scalars(paths)
+  if not found or scalar in found.get(split, set()) | found.get(None, set()):
+    return
+  where = paths[0] if len(paths) == 1 else f"the {len(paths)} metrics.jsonl files"
+  elsewhere = sorted(s for s, names in found.items() if s is not None and scalar in names)
+  if elsewhere:
+    raise common.ReportError(f"--scalar={scalar} is logged in {where} for split(s) "
+                             f"{', '.join(elsewhere)}, not for --split={split}.")
+  present = "; ".join(f"{s or '(rows without a split)'}: {', '.join(sorted(names)) or '(none)'}"
+                      for s, names in sorted(found.items(), key=lambda kv: kv[0] or ""))
+  close = difflib.get_close_matches(scalar, sorted(set().union(*found.values())), n=1)
+  hint = f" Did you mean {close[0]!r}?" if close else ""
+  raise common.ReportError(f"--scalar={scalar} is in no row of {where}.{hint} The scalars "
+                           f"logged, per split: {present}.")
 
 
 def grid_runs(root: str) -> list[str]:
@@ -103,6 +147,8 @@ def main(argv: Sequence[str]) -> int:
   for path in paths:
     curves[_label(path, base if path not in args.metrics_jsonl else None)] = read_curve(
         path, args.scalar, args.split)
+  if not any(curves.values()):
+    check_scalar_logged(paths, args.scalar, args.split)
   title = args.title or f"{args.split} {args.scalar}"
   png, md = common.write_outputs(args.out, figure(curves, args.scalar, title, args.logy),
                                  markdown(curves, args.scalar, title))

@@ -132,3 +132,32 @@ def test_uncacheable_or_uncached_tasks_are_clear_errors(tmp_path):
       cache.check_cached("bbc_tiny_uncached")
   finally:
     seqio.TaskRegistry.remove("bbc_tiny_uncached")
+
+
+def test_the_cache_job_refuses_tasks_it_would_not_cache_before_beam_starts(tmp_path, capsys,
+                                                                          monkeypatch):
+  # seqio's job logged "No tasks have been selected" (or skipped the task) and exited 0.
+  importlib.import_module("tasks.bbc")
+  with pytest.raises(ValueError, match="Unknown task or mixture 'bbc_topc'. Did you mean: "
+                                       "bbc_topic.*--module_import=my.tasks"):
+    cache.check_cache_job_tasks(["bbc_topc"])
+  with pytest.raises(ValueError, match="--tasks=bbc_topic: task 'bbc_topic' has no cache point "
+                                       r"\(no seqio.CacheDatasetPlaceholder\(\).*write nothing"):
+    cache.check_cache_job_tasks(["bbc_topic"])
+  with pytest.raises(ValueError, match="pattern 'bbc_.*x' matches no registered task"):
+    cache.check_cache_job_tasks(["bbc_.*x"])
+  with pytest.raises(ValueError, match="every task 'bbc_span_corruption_cached' names .* is "
+                                       "excluded"):
+    cache.check_cache_job_tasks(["bbc_span_corruption_cached"], ["bbc_.*"])
+  assert cache.check_cache_job_tasks(["bbc_span_corruption_cached", "bbc_topic|bbc_span.*"]) == [
+      "bbc_span_corruption_cached"]  # a regex may select tasks seqio skips, if it caches one
+  # The command line: one line, exit status 1, nothing written.
+  out = tmp_path / "cache"
+  monkeypatch.setattr("sys.argv", ["t2t.data.cache", "--tasks=bbc_topc",
+                                   f"--output_cache_dir={out}", "--module_import=tasks.bbc"])
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as exit_:
+    cache.main()
+  err = capsys.readouterr().err
+  assert exit_.value.code == 1 and not out.exists()
+  assert err.strip().splitlines()[0].startswith("error: Unknown task or mixture 'bbc_topc'."), err

@@ -222,3 +222,21 @@ def test_command_line(tmp_path, capsys):
   err = capsys.readouterr().err
   assert status == 1 and err.startswith('error:') and 'already holds checkpoints' in err
   assert len(err.strip().splitlines()) == 1
+
+
+def test_import_names_a_truncated_config_json(tmp_path, capsys):
+  # Before: "error: Expecting value: line 2 column 1 (char 2)", no file named.
+  (tmp_path / 'hf').mkdir()
+  path = tmp_path / 'hf' / 'config.json'
+  path.write_text('{\n')
+  status = convert.main(['import', f'--hf_dir={tmp_path / "hf"}', f'--output={tmp_path / "t2t"}'])
+  err = capsys.readouterr().err
+  assert status == 1
+  assert err == (f'error: {path} is not valid JSON (Expecting property name enclosed in double '
+                 'quotes: line 2 column 1): a truncated copy? Copy the Hugging Face directory '
+                 'again (config.json and weights as save_pretrained wrote them).\n'), err
+  assert not (tmp_path / 't2t').exists()
+  index = tmp_path / 'hf' / 'model.safetensors.index.json'
+  index.write_text('{"metadata": {}}')
+  with pytest.raises(ValueError, match=f"{index} is not a JSON object with 'weight_map'"):
+    convert.load_hf_state_dict(str(tmp_path / 'hf'))

@@ -134,6 +134,11 @@ def run(main: Callable[[Sequence[str]], None], distributed: bool = False) -> Non
       print(f"\nerror: {user_message(e)}\n(set T2T_TRACEBACK=1 for the full traceback)",
             file=sys.stderr)
       sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C (t2t.train's loop handles it itself: it saves first)
+      if os.environ.get("T2T_TRACEBACK"):
+        raise
+      print("\ninterrupted (Ctrl-C). Set T2T_TRACEBACK=1 for where it stopped.", file=sys.stderr)
+      sys.exit(130)  # what a shell reports for SIGINT
     except Exception as e:  # pylint: disable=broad-except
       message = data_check_message(e)
       if message is None or os.environ.get("T2T_TRACEBACK"):

@@ -27,6 +27,15 @@ def test_traceback_on_request():
   assert out.returncode != 0 and "Traceback" in out.stderr
 
 
+def test_ctrl_c_is_one_line_and_status_130():
+  # An audit's Ctrl-C during t2t.eval's compile printed a 60-130-line KeyboardInterrupt traceback.
+  out = _run("raise KeyboardInterrupt")
+  assert out.returncode == 130
+  assert "interrupted (Ctrl-C)" in out.stderr and "Traceback" not in out.stderr, out.stderr
+  out = _run("raise KeyboardInterrupt", {"T2T_TRACEBACK": "1"})
+  assert "Traceback" in out.stderr and "KeyboardInterrupt" in out.stderr
+
+
 def test_gin_shorthand_reaches_the_flags():
   out = _run("print(cli.FLAGS.gin_bindings)", args=["--gin.MODEL_DIR=/tmp/a", "--gin.STEPS=3"])
   assert out.returncode == 0, out.stderr

@@ -32,7 +32,6 @@ if __name__ == "__main__":
   cli.run_module("t2t.phases")
 
 import dataclasses
-import json
 import os
 import shlex
 import subprocess
@@ -42,7 +41,7 @@ from typing import Any, Mapping, Sequence
 import gin
 from absl import flags
 
-from t2t import restarts
+from t2t import json_records, restarts
 from t2t.training import reporting
 
 DONE_FILE = "phase.json"
@@ -215,8 +214,7 @@ class Runner:
       if phase.seeds and phase.eval_gin_files and not self.dry_run:
         summary = restarts.summarize({f"seed_{r.seed}": os.path.join(r.model_dir, "eval")
                                       for r in runs}, phase.metric)
-        with open(os.path.join(phase_dir, "restarts.json"), "w") as f:
-          json.dump(summary, f, indent=2)
+        json_records.write_json(os.path.join(phase_dir, "restarts.json"), summary)
         reporting.announce(f"\n[{phase.name}: restarts]\n{restarts.format_summary(summary)}")
         chosen = os.path.dirname(summary["best_eval_dir"])
         records[phase.name] = {"runs": done, "restarts": summary}
@@ -233,8 +231,8 @@ class Runner:
     label = run.phase.name + (f" (seed {run.seed})" if run.seed is not None else "")
     marker = os.path.join(run.model_dir, DONE_FILE)
     if os.path.exists(marker) and not self.dry_run:
-      record = restarts.read_json(marker, f"Delete it and run the same command again: {label} "
-                                  "runs again, resuming from its latest checkpoint.")
+      record = json_records.read_json(marker, f"Delete it and run the same command again: "
+                                      f"{label} runs again, resuming from its latest checkpoint.")
       reporting.announce(f"\n[{label}] done earlier ({marker}); skipping.")
       return record
     train = self.train_command(run, init)
@@ -248,14 +246,12 @@ class Runner:
       record["eval_command"] = format_command(evaluate)
       if not self.dry_run:
         eval_dir = os.path.join(run.model_dir, "eval")
-        record["eval"] = restarts.read_json(
+        record["eval"] = json_records.read_json(
             os.path.join(eval_dir, "metrics.json"),
             f"Run the same command again: {label} is evaluated again into {eval_dir}.")
     record["checkpoint"] = checkpoint_of(run.model_dir)
     if not self.dry_run:  # written whole or not at all: a killed chain leaves no half record
-      with open(marker + ".tmp", "w") as f:
-        json.dump(record, f, indent=2)
-      os.replace(marker + ".tmp", marker)
+      json_records.write_json(marker, record)
     return record
 
 

@@ -26,6 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from t2t import json_records
+
 
 @dataclasses.dataclass(frozen=True)
 class Degeneracy:
@@ -58,23 +60,6 @@ def degeneracy(rows: Sequence[Mapping[str, Any]]) -> Degeneracy:
                     num_predicted=len(set(predictions)), reasons=tuple(reasons))
 
 
-def read_json(path: str, advice: str) -> Any:
-  """The JSON value in file `path`.
-
-  Raises:
-    ValueError: the file is not valid JSON (e.g. half-written by a run that was killed); the
-      message names it, where it breaks, and `advice` (what rewrites it).
-  """
-  with open(path) as f:
-    text = f.read()
-  try:
-    return json.loads(text)
-  except json.JSONDecodeError as e:
-    state = "is empty" if not text.strip() else (
-        f"is not valid JSON ({e.msg}: line {e.lineno} column {e.colno})")
-    raise ValueError(f"{path} {state}: a half-written file? {advice}") from None
-
-
 def _eval_advice(eval_dir: str) -> str:
   return (f"Rerun t2t.eval with EVAL_OUTPUT_DIR={eval_dir} to write it again (in a t2t.phases "
           "chain: delete the run's phase.json and run the chain's command again).")
@@ -85,7 +70,7 @@ def read_run(eval_dir: str) -> dict[str, Any]:
   path = os.path.join(eval_dir, "metrics.json")
   if not os.path.exists(path):
     raise FileNotFoundError(f"No metrics.json in {eval_dir}: run t2t.eval there first.")
-  report = read_json(path, _eval_advice(eval_dir))
+  report = json_records.read_json(path, _eval_advice(eval_dir))
   if not isinstance(report, dict) or not isinstance(report.get("metrics"), dict):
     raise ValueError(f"{path} holds no 'metrics' mapping: is it t2t.eval's metrics.json? "
                      + _eval_advice(eval_dir))

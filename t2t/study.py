@@ -22,7 +22,6 @@ if __name__ == "__main__":
   from t2t import cli
   cli.run_module("t2t.study")
 
-import json
 import os
 import shlex
 import shutil
@@ -34,7 +33,7 @@ import gin
 from absl import flags
 
 from t2t import phases as phases_lib
-from t2t import restarts
+from t2t import json_records
 from t2t.training import reporting
 
 STUDY_FILE = "study.json"
@@ -150,7 +149,7 @@ def _read(path: str) -> dict[str, Any]:
   """The study record at `path` ({} before the first row); a half-written one is refused."""
   if not os.path.exists(path):
     return {}
-  study = restarts.read_json(
+  study = json_records.read_json(
       path, "Delete it and run the study's command again (every row): finished phases are "
       "skipped and each row's result is read again from its runs (their wall times restart).")
   if not isinstance(study, dict) or not isinstance(study.get("rows", {}), dict):
@@ -160,10 +159,7 @@ def _read(path: str) -> dict[str, Any]:
 
 
 def _write(path: str, study: Mapping[str, Any]) -> None:
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(study, f, indent=2)
-  os.replace(tmp, path)
+  json_records.write_json(path, study)
 
 
 flags.DEFINE_multi_string("row", [], "Run only this row (repeatable); default: every row.")

@@ -61,15 +61,9 @@ def read_hf_json(path: str, key: str | None = None) -> dict[str, Any]:
     ValueError: the file is not valid JSON (truncated by an interrupted copy or download), is
       not an object, or lacks `key`; the message names the file.
   """
-  with open(path) as f:
-    text = f.read()
-  try:
-    raw = json.loads(text)
-  except json.JSONDecodeError as e:
-    state = "is empty" if not text.strip() else (
-        f"is not valid JSON ({e.msg}: line {e.lineno} column {e.colno})")
-    raise ValueError(f"{path} {state}: a truncated copy? Copy the Hugging Face directory again "
-                     "(config.json and weights as save_pretrained wrote them).") from None
+  from t2t import json_records  # pylint: disable=g-import-not-at-top
+  raw = json_records.read_json(path, "Copy the Hugging Face directory again (config.json and "
+                               "weights as save_pretrained wrote them).", cause="a truncated copy?")
   if not isinstance(raw, dict) or (key is not None and key not in raw):
     what = f"a JSON object with {key!r}" if key else "a JSON object"
     raise ValueError(f"{path} is not {what}: is it the file save_pretrained wrote? Copy the "

@@ -39,7 +39,20 @@ _AMD_MICROARCHITECTURES = {
 }
 
 
-def _amd_microarchitecture(family: int | None, model: int | None) -> str | None:
+# Intel's family 6 server models -> microarchitecture (Xeon Scalable generations). A VM may call
+# itself just "Intel(R) Xeon(R) Processor"; AMX (Sapphire Rapids on) changes what bf16 costs.
+_INTEL_MICROARCHITECTURES = {
+    0x55: 'Skylake / Cascade Lake', 0x6A: 'Ice Lake', 0x6C: 'Ice Lake',
+    0x8F: 'Sapphire Rapids', 0xCF: 'Emerald Rapids', 0xAD: 'Granite Rapids',
+    0xAE: 'Granite Rapids',
+}
+
+
+def _microarchitecture(vendor: str | None, family: int | None, model: int | None) -> str | None:
+  if vendor == 'GenuineIntel':
+    return _INTEL_MICROARCHITECTURES.get(model) if family == 6 else None
+  if vendor != 'AuthenticAMD':
+    return None
   for low, high, name in _AMD_MICROARCHITECTURES.get(family, ()):
     if model is not None and low <= model <= high:
       return name
@@ -52,7 +65,7 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
   "AMD EPYC", the model name a VM reports, names processors three generations apart whose
   speeds differ by ~2x and whose bf16 arithmetic is native on one and emulated on another
   (benchmarks/README.md, "Two processors"), so the JSON keeps the vendor, CPUID family / model /
-  stepping, the microarchitecture where known (AMD), the clock the kernel reports, which of
+  stepping, the microarchitecture where known (AMD EPYC and Intel Xeon), the clock the kernel reports, which of
   `ISA_FLAGS` the processor has, and `native_bf16`: whether bf16 dot products are instructions
   (AVX512_BF16 or AMX-BF16 on x86, BF16 on Arm) rather than conversions to float32.
   Fields the file lacks are None; without the file every field is None.
@@ -89,8 +102,7 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
   return dict(
       model_name=fields.get('model name'), vendor=vendor, family=family, model=model,
       stepping=number('stepping'),
-      microarchitecture=(_amd_microarchitecture(family, model) if vendor == 'AuthenticAMD'
-                         else None),
+      microarchitecture=_microarchitecture(vendor, family, model),
       mhz=float(mhz) if re.fullmatch(r'[0-9]+(\.[0-9]*)?', mhz) else None,
       isa={flag: flag in flags for flag in ISA_FLAGS},
       native_bf16=bool(flags & {'avx512_bf16', 'amx_bf16', 'bf16'}))
@@ -108,7 +120,7 @@ def describe_cpu(identity: dict[str, Any]) -> str:
   if identity.get('microarchitecture'):
     details.append(identity['microarchitecture'])
   if isa.get('avx512f'):
-    details.append('AVX-512')
+    details.append('AVX-512 + AMX' if isa.get('amx_bf16') else 'AVX-512')
   elif isa.get('avx2'):
     details.append('AVX2, no AVX-512')
   elif isa.get('asimd'):

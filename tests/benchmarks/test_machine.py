@@ -31,6 +31,14 @@ stepping\t: 1
 cpu MHz\t\t: 2600.000
 flags\t\t: fpu sse sse2 fma avx avx2 avx512f avx512dq avx512bw avx512vl avx512_bf16 avx512_vnni
 """
+EMERALD_RAPIDS = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 207
+model name\t: Intel(R) Xeon(R) Processor
+stepping\t: 2
+flags\t\t: fpu sse sse2 fma avx avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile amx_int8
+"""
 ARM = """processor\t: 0
 BogoMIPS\t: 50.00
 Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid sve bf16
@@ -50,6 +58,18 @@ def test_zen3_is_told_apart_from_zen4_though_both_are_called_amd_epyc():
   assert machine.describe_cpu(zen3) == (
       'AMD EPYC (family 25 model 1, Zen 3, AVX2, no AVX-512; bf16 emulated)')
   assert machine.describe_cpu(zen4) == 'AMD EPYC (family 25 model 17, Zen 4, AVX-512; native bf16)'
+
+
+def test_an_intel_xeon_is_named_by_its_model_and_amx_is_shown():
+  emr = machine.cpu_identity(EMERALD_RAPIDS)
+  assert (emr['vendor'], emr['family'], emr['model']) == ('GenuineIntel', 6, 207)
+  assert emr['microarchitecture'] == 'Emerald Rapids'
+  assert emr['isa']['amx_bf16'] and emr['native_bf16']
+  assert machine.describe_cpu(emr) == (
+      'Intel(R) Xeon(R) Processor (family 6 model 207, Emerald Rapids, AVX-512 + AMX; native bf16)')
+  # An Intel model outside the table, and a non-server family, stay unnamed rather than guessed.
+  other = machine.cpu_identity(EMERALD_RAPIDS.replace('model\t\t: 207', 'model\t\t: 151'))
+  assert other['microarchitecture'] is None
 
 
 def test_arm_features_and_a_missing_file():

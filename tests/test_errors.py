@@ -387,6 +387,7 @@ def test_the_catalogue_lists_every_case():
                  "Unable to open file",
                  "a half-written file?",  # test_restarts.py, test_phases.py, test_study.py, ...
                  "has no cache point",  # tests/data/test_cache.py
+                 "already holds a model",  # tests/tools/test_convert_checkpoint.py
                  # rows whose tests live beside their modules:
                  "is corrupted", "No readable checkpoint",  # tests/training/test_checkpoints.py
                  "cannot be read (DIR/checkpoint_N/params",  # ... and test_warm_start.py

@@ -215,15 +215,45 @@ def params_abstract(config: T5Config) -> Any:
   return nn.unbox(boxed)
 
 
+# What save_pretrained writes for a T5 (and the older PyTorch weights file): an output holding one
+# of these is another model's directory.
+_HF_MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json",
+                   "pytorch_model.bin", "generation_config.json")
+
+
+def check_export_output(output: str) -> None:
+  """Refuses an export target that is a file, a t2t model directory or a Hugging Face model.
+
+  Exporting writes config.json and model.safetensors into `output`; into a t2t MODEL_DIR they
+  would sit beside its checkpoints (and its own config.json), into another export they would
+  replace that model's files. Checked before anything is read, so nothing written is touched.
+  """
+  if os.path.exists(output) and not os.path.isdir(output):
+    raise ValueError(f"--output '{output}' is a file; export into a new directory.")
+  if not os.path.isdir(output):
+    return
+  present = set(os.listdir(output))
+  if any(d.startswith(checkpoints.STEP_PREFIX + "_") for d in present):
+    raise ValueError(f"--output '{output}' is a t2t model directory (it holds checkpoints); "
+                     "export into a new directory.")
+  clashing = sorted(present.intersection(_HF_MODEL_FILES))
+  if clashing:
+    raise ValueError(f"--output '{output}' already holds a model ({', '.join(clashing)}); "
+                     "export into a new directory, or remove those files first.")
+
+
 def export_hf(gin_files: Sequence[str], checkpoint: str, output: str,
               bindings: Sequence[str] = ()) -> T5Config:
   """Converts a t2t checkpoint of the gin-configured T5 into a Hugging Face directory.
 
   Raises:
+    ValueError: `output` is a file, a t2t model directory or already holds a model
+      (`check_export_output`; nothing is overwritten).
     checkpoints.CheckpointMismatchError: the checkpoint's parameters differ from the gin model's
       (the message names the first one and both shapes).
     FileNotFoundError: no checkpoint at `checkpoint`.
   """
+  check_export_output(output)
   config = config_from_gin(gin_files, bindings)
   if getattr(config, "shared_encoder_decoder", False):
     raise ValueError("T5Config.shared_encoder_decoder=True has no Hugging Face T5 equivalent (its "

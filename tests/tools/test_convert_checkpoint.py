@@ -190,6 +190,26 @@ def test_import_refuses_to_overwrite_and_missing_weights(tmp_path):
     convert.import_hf(str(tmp_path / 'hf'), str(tmp_path / 'other'))
 
 
+def test_export_refuses_an_output_that_holds_a_model(tmp_path):
+  """Before: exporting into the run's own MODEL_DIR put config.json and model.safetensors beside
+  its checkpoints, and into an earlier export replaced that model's files."""
+  _save_hf_t5('v1_0', str(tmp_path / 'hf'))
+  convert.import_hf(str(tmp_path / 'hf'), str(tmp_path / 't2t'))
+  before = sorted(os.listdir(tmp_path / 'hf'))
+  with pytest.raises(ValueError, match=r"'.*hf' already holds a model \(config.json, "
+                                       r"generation_config.json, model.safetensors\)"):
+    convert.check_export_output(str(tmp_path / 'hf'))
+  assert sorted(os.listdir(tmp_path / 'hf')) == before
+  with pytest.raises(ValueError, match='is a t2t model directory'):
+    convert.check_export_output(str(tmp_path / 't2t'))
+  (tmp_path / 'file').write_text('x')
+  with pytest.raises(ValueError, match="'.*file' is a file"):
+    convert.check_export_output(str(tmp_path / 'file'))
+  (tmp_path / 'empty').mkdir()
+  convert.check_export_output(str(tmp_path / 'empty'))   # an empty or new directory is fine
+  convert.check_export_output(str(tmp_path / 'new'))
+
+
 def test_export_refuses_a_checkpoint_of_another_shape(tmp_path):
   _save_hf_t5('v1_0', str(tmp_path / 'hf'))
   convert.import_hf(str(tmp_path / 'hf'), str(tmp_path / 't2t'))

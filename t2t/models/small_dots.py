@@ -127,6 +127,10 @@ DECODER_STEP_F32_AVX2 = Library(   # the same step built for AVX2, with F32_PANE
     _STEP_HEADERS, switch='T2T_DECODER_STEP')
 GEMM_F32 = Library('gemm_f32', _HERE / 'gemm_f32.cc', ('avx2', 'fma'),
                    _COMMON_FLAGS + ('-mavx2', '-mfma'), ('t2t_f32_gemm',))   # t2t/models/gemm.py
+GEMM_F32_AVX512 = Library(   # the same GEMM with AVX-512 tiles (gemm.library() chooses)
+    'gemm_f32_avx512', _HERE / 'gemm_f32.cc', ('avx512f', 'avx2', 'fma'),
+    _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma', '-DT2T_GEMM_AVX512'),
+    ('t2t_f32_gemm_avx512',), switch='T2T_GEMM_AVX512')
 _TRAIN_ATTENTION_HEADERS = _F32_HEADERS + (_HERE / 'attention_train_common.h',)
 ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
     'attention_train_f32', _HERE / 'attention_train_f32.cc', ('avx2', 'fma'),
@@ -141,7 +145,7 @@ ATTENTION_TRAIN_BF16 = Library(   # the same for bf16 matmul operands, by VDPBF1
 THREEFRY = Library('threefry', _HERE / 'threefry.cc', ('avx2',),   # t2t/models/threefry.py
                    _COMMON_FLAGS + ('-mavx2',), ('t2t_threefry2x32',))
 LIBRARIES = (BF16, F32, F32_AVX512, F32_PANELS_AVX2, DECODER_STEP_F32, DECODER_STEP_F32_AVX2,
-             GEMM_F32, ATTENTION_TRAIN_F32, ATTENTION_TRAIN_BF16, THREEFRY)
+             GEMM_F32, GEMM_F32_AVX512, ATTENTION_TRAIN_F32, ATTENTION_TRAIN_BF16, THREEFRY)
 
 
 def cache_dir() -> Path:
@@ -163,6 +167,17 @@ def _cpu_flags() -> frozenset[str]:
                              if line.startswith('flags')), []))
   except OSError:
     return frozenset()
+
+
+@functools.cache
+def cpu_vendor() -> str | None:
+  """/proc/cpuinfo's vendor_id ('GenuineIntel', 'AuthenticAMD'), None where it has none."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      return next((line.split(':', 1)[1].strip() for line in f
+                   if line.startswith('vendor_id')), None)
+  except OSError:
+    return None
 
 
 @functools.cache

@@ -67,6 +67,45 @@ def test_kernel_matches_xla(m, k, n, transpose_a, transpose_b):
                              atol=2e-6 * np.sqrt(k) * 8)
 
 
+_AVX512 = small_dots.unavailable_reason(small_dots.GEMM_F32_AVX512)
+
+
+@needs_kernel
+@pytest.mark.skipif(_AVX512 is not None and 'T2T_' not in _AVX512,
+                    reason=f'AVX-512 GEMM unavailable: {_AVX512}')
+@pytest.mark.parametrize('m,k,n', [(13, 37, 29), (200, 530, 2100), (97, 300, 65)])
+@pytest.mark.parametrize('transpose_a,transpose_b', [(False, False), (True, True), (True, False)])
+def test_the_avx512_build_agrees_with_the_avx2_build_to_the_bit(m, k, n, transpose_a, transpose_b,
+                                                                monkeypatch):
+  """Both builds sum each element of C over k in the same order (per depth block, then the blocks
+  in turn), only their tiles differ; so they agree exactly, ragged edges included."""
+  a = _normal(10, (k, m) if transpose_a else (m, k))
+  b = _normal(11, (n, k) if transpose_b else (k, n))
+  got = {}
+  for choice in ('1', '0'):
+    monkeypatch.setenv(small_dots.GEMM_F32_AVX512.switch, choice)
+    build = gemm.library()
+    assert build is (small_dots.GEMM_F32_AVX512 if choice == '1' else small_dots.GEMM_F32)
+    fn = jax.jit(lambda a, b: gemm._kernel(a, b, transpose_a, transpose_b))
+    assert build.targets[0] in fn.lower(a, b).as_text()
+    got[choice] = np.asarray(fn(a, b))
+  np.testing.assert_array_equal(got['1'], got['0'])
+
+
+def test_which_build_runs(monkeypatch):
+  """T2T_GEMM_AVX512 decides; otherwise the AVX-512 build on Intel only (gemm.prefers_avx512)."""
+  monkeypatch.setenv(small_dots.GEMM_F32_AVX512.switch, '0')
+  assert not gemm.prefers_avx512()
+  monkeypatch.setenv(small_dots.GEMM_F32_AVX512.switch, '1')
+  assert gemm.prefers_avx512()
+  monkeypatch.delenv(small_dots.GEMM_F32_AVX512.switch)
+  for vendor, wanted in (('GenuineIntel', True), ('AuthenticAMD', False), (None, False)):
+    monkeypatch.setattr(small_dots, 'cpu_vendor', lambda vendor=vendor: vendor)
+    assert gemm.prefers_avx512() == wanted
+  monkeypatch.setenv(gemm.SWITCH, '0')
+  assert gemm.library() is None
+
+
 def _loss(spec):
   return lambda a, b: jnp.sum(jnp.sin(matmuls.matmul(spec, a, b, jnp.float32)))
 

@@ -72,7 +72,7 @@ from benchmarks import machine, report  # noqa: E402
 from benchmarks.matmul_roof import ROOF_SHAPE, jax_roof  # noqa: E402
 from benchmarks.t5_small_setup import (  # noqa: E402  (the model, inputs and process settings)
     PRECISIONS, _train_setup, check_decoded, decode_setup, prepare_process, t5_small_config)
-from t2t.models import gemm, small_dots  # noqa: E402
+from t2t.models import gemm, small_dots, train_attention  # noqa: E402
 from t2t.models.transformer import T5Config  # noqa: E402
 from t2t.training import host_memory  # noqa: E402
 from t2t.training.partitioning import Partitioner  # noqa: E402
@@ -373,6 +373,7 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
                        t2t_xla_cpu_memory_schedule=host_memory.memory_schedule()),
       small_dots=small_dots.status(),   # t2t's CPU kernels: bf16 / f32 decoding, f32 GEMM
       gemm_build=getattr(gemm.library(), 'name', None),   # which GEMM build ran (AVX2 / AVX-512)
+      train_attention_build=train_attention.float32_build(),   # and which attention build
       config=dict(dataclasses.asdict(config), dtype=str(config.dtype),
                   param_dtype=str(config.param_dtype), matmul_dtype=str(config.matmul_dtype)),
       shapes=shapes,

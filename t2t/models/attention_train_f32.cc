@@ -1,7 +1,7 @@
 // Whole-sequence attention with dropout on its weights, forward and backward, in float32 on x86
 // CPUs with AVX2 and FMA: the training step's encoder self-attention and encoder-decoder
-// attention. Loaded by t2t/models/small_dots.py (library ATTENTION_F32) as XLA FFI handlers and
-// used by t2t/models/train_attention.py.
+// attention. Loaded by t2t/models/small_dots.py (library ATTENTION_TRAIN_F32) as XLA FFI handlers
+// and used by t2t/models/train_attention.py.
 //
 // XLA computes a T5-small layer's training attention (batch 8, 8 heads, 512 x 512) as ~10 fusions
 // that each pass over [8, 8, 512, 512] float32 tensors (logits, softmax, dropout, their
@@ -17,6 +17,10 @@
 //       dW = d_out v^T,  dP = dW * keep * scale,  d_logits = P * (dP - rowsum(dP * P)),
 //       d_v = (P * keep * scale)^T d_out,  d_q = d_logits k,  d_k = d_logits^T q.
 // D and L multiples of 16; Q any.
+//
+// Built with -DT2T_ATTENTION_AVX512 (library ATTENTION_TRAIN_F32_AVX512), the same source runs on
+// attention_tiles_f32_avx512.h's 6 x 32 tiles of zmm sums and registers
+// t2t_f32_avx512_attention_train_fwd / _bwd, for D and L multiples of 32.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,10 +32,46 @@
 #include "small_dots_common.h"
 #include "xla/ffi/api/ffi.h"
 
+#if defined(T2T_ATTENTION_AVX512)
+#include "attention_tiles_f32_avx512.h"
+#endif
+
 namespace ffi = xla::ffi;
 using t2t::ParallelFor;
-using namespace t2t::f32;
 using namespace t2t::attention_train;
+
+#if defined(T2T_ATTENTION_AVX512)
+using namespace t2t::f32_avx512;
+#define T2T_ATTENTION_FWD t2t_f32_avx512_attention_train_fwd
+#define T2T_ATTENTION_BWD t2t_f32_avx512_attention_train_bwd
+#define T2T_ATTENTION_NAME "t2t_f32_avx512_attention_train"
+#else
+using namespace t2t::f32;
+#define T2T_ATTENTION_FWD t2t_f32_attention_train_fwd
+#define T2T_ATTENTION_BWD t2t_f32_attention_train_bwd
+#define T2T_ATTENTION_NAME "t2t_f32_attention_train"
+
+namespace {
+
+// dropped [L] = p * keep * scale, L a multiple of 8 (attention_tiles_f32_avx512.h has the same
+// on 16 lanes).
+inline void DropoutRow(const float* p, const uint8_t* keep, float scale, int L, float* dropped) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int j = 0; j < L; j += 8) {
+    _mm256_storeu_ps(dropped + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), KeepScale(keep + j, vscale)));
+  }
+}
+
+// attention_train_common.h's backward row step with the scale as a float, as the AVX-512
+// header's takes it.
+inline void SoftmaxDropoutBackwardRow(const float* p, const uint8_t* keep, float scale, int L,
+                                      float* d, float* dropped, float* d_logits) {
+  t2t::attention_train::SoftmaxDropoutBackwardRow(p, keep, _mm256_set1_ps(scale), L, d, dropped,
+                                                  d_logits);
+}
+
+}  // namespace
+#endif
 
 namespace {
 
@@ -41,7 +81,7 @@ constexpr int kBackwardBlock = 96;   // query rows a backward step takes: two [9
 ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::AnyBuffer bias, ffi::AnyBuffer keep, ffi::Result<ffi::AnyBuffer> out,
                    ffi::Result<ffi::AnyBuffer> probs, float scale) {
-  static const char* kName = "t2t_f32_attention_train_fwd";
+  static const char* kName = T2T_ATTENTION_NAME "_fwd";
   ForwardOperands o;
   if (auto error = ReadForward(kName, kTileCols, q, k, v, bias, keep, *out, *probs, o);
       error.failure()) {
@@ -61,7 +101,6 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
     PackStrips(o.v + offset, row, L, D, keys + size_t(L) * D);
   });
   const int blocks = (Q + kForwardBlock - 1) / kForwardBlock;
-  const __m256 vscale = _mm256_set1_ps(scale);
   ParallelFor(pool, B * H * blocks, [=](int item) {
     const int pair = item / blocks, r0 = (item % blocks) * kForwardBlock;
     const int b = pair / H, h = pair % H, rows = std::min(kForwardBlock, Q - r0);
@@ -77,11 +116,7 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
     for (int r = 0; r < rows; ++r) {
       float* pr = p + size_t(r) * L;
       Softmax(pr, brows + size_t(r) * L, L);
-      const uint8_t* mr = o.keep + first + size_t(r) * L;
-      float* dr = dropped.data() + size_t(r) * L;
-      for (int j = 0; j < L; j += 8) {
-        _mm256_storeu_ps(dr + j, _mm256_mul_ps(_mm256_loadu_ps(pr + j), KeepScale(mr + j, vscale)));
-      }
+      DropoutRow(pr, o.keep + first + size_t(r) * L, scale, L, dropped.data() + size_t(r) * L);
     }
     float* orows = o.out + (size_t(b) * Q + r0) * row + size_t(h) * D;
     TiledProduct(dropped.data(), L, rows, values, L, D / kTileCols, orows, row, true);
@@ -94,7 +129,7 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
                     ffi::Result<ffi::AnyBuffer> d_q, ffi::Result<ffi::AnyBuffer> d_k,
                     ffi::Result<ffi::AnyBuffer> d_v, ffi::Result<ffi::AnyBuffer> d_logits,
                     float scale) {
-  static const char* kName = "t2t_f32_attention_train_bwd";
+  static const char* kName = T2T_ATTENTION_NAME "_bwd";
   BackwardOperands o;
   if (auto error = ReadBackward(kName, kTileCols, q, k, v, probs, keep, d_out, *d_q, *d_k, *d_v,
                                 *d_logits, o);
@@ -103,7 +138,6 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
   }
   const int Q = o.s.Q, H = o.s.H, D = o.s.D, L = o.s.L;
   const size_t row = o.s.row;
-  const __m256 vscale = _mm256_set1_ps(scale);
   const int strips = L / kTileCols;
   // One work item per (batch row, head), its query rows in blocks whose [rows, L] pieces stay in
   // L2: P and keep are read once and d_logits written once. d_v and d_k [L, D] are sums over the
@@ -132,7 +166,7 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
       TiledProduct(g, row, rows, v_strips, D, strips, dp, L, false);   // dW = d_out v^T
       for (int r = 0; r < rows; ++r) {
         const size_t at = first + size_t(r) * L;
-        SoftmaxDropoutBackwardRow(o.probs + at, o.keep + at, vscale, L, dp + size_t(r) * L,
+        SoftmaxDropoutBackwardRow(o.probs + at, o.keep + at, scale, L, dp + size_t(r) * L,
                                   dropped + size_t(r) * L, o.d_logits + at);
       }
       // d_q = d_logits k, this block's rows of it.
@@ -157,7 +191,7 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k, ff
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_attention_train_fwd, Forward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T2T_ATTENTION_FWD, Forward,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
@@ -168,7 +202,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_attention_train_fwd, Forward,
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<float>("scale"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(t2t_f32_attention_train_bwd, Backward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(T2T_ATTENTION_BWD, Backward,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()

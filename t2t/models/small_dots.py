@@ -136,6 +136,12 @@ ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
     'attention_train_f32', _HERE / 'attention_train_f32.cc', ('avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx2', '-mfma'),
     ('t2t_f32_attention_train_fwd', 't2t_f32_attention_train_bwd'), _TRAIN_ATTENTION_HEADERS)
+ATTENTION_TRAIN_F32_AVX512 = Library(   # the same source with AVX-512 tiles
+    'attention_train_f32_avx512', _HERE / 'attention_train_f32.cc', ('avx512f', 'avx2', 'fma'),
+    _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma', '-DT2T_ATTENTION_AVX512'),
+    ('t2t_f32_avx512_attention_train_fwd', 't2t_f32_avx512_attention_train_bwd'),
+    _TRAIN_ATTENTION_HEADERS + (_HERE / 'attention_tiles_f32_avx512.h',),
+    switch='T2T_TRAIN_ATTENTION_AVX512')
 ATTENTION_TRAIN_BF16 = Library(   # the same for bf16 matmul operands, by VDPBF16PS
     'attention_train_bf16', _HERE / 'attention_train_bf16.cc',
     ('avx512f', 'avx512bw', 'avx512_bf16', 'avx2', 'fma'),
@@ -145,7 +151,8 @@ ATTENTION_TRAIN_BF16 = Library(   # the same for bf16 matmul operands, by VDPBF1
 THREEFRY = Library('threefry', _HERE / 'threefry.cc', ('avx2',),   # t2t/models/threefry.py
                    _COMMON_FLAGS + ('-mavx2',), ('t2t_threefry2x32',))
 LIBRARIES = (BF16, F32, F32_AVX512, F32_PANELS_AVX2, DECODER_STEP_F32, DECODER_STEP_F32_AVX2,
-             GEMM_F32, GEMM_F32_AVX512, ATTENTION_TRAIN_F32, ATTENTION_TRAIN_BF16, THREEFRY)
+             GEMM_F32, GEMM_F32_AVX512, ATTENTION_TRAIN_F32, ATTENTION_TRAIN_F32_AVX512,
+             ATTENTION_TRAIN_BF16, THREEFRY)
 
 
 def cache_dir() -> Path:
@@ -178,6 +185,33 @@ def cpu_vendor() -> str | None:
                    if line.startswith('vendor_id')), None)
   except OSError:
     return None
+
+
+@functools.cache
+def cpu_family() -> int | None:
+  """/proc/cpuinfo's 'cpu family' (6 for Intel's cores, 25 for AMD's Zen 3 and 4, 26 for Zen 5),
+  None where it has none."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      value = next((line.split(':', 1)[1].strip() for line in f
+                    if line.startswith('cpu family')), None)
+  except OSError:
+    return None
+  return int(value) if value is not None and value.isdigit() else None
+
+
+def full_width_avx512() -> bool:
+  """Whether this processor's cores run 512-bit FMAs at full width, twice AVX2's float32 work a
+  cycle: Intel's (two 512-bit FMA units a Xeon core) and AMD's from Zen 5 on (CPUID family 26).
+  Zen 4 (family 25) splits each 512-bit operation into two 256-bit halves, so t2t's AVX-512
+  builds of a kernel that has an AVX2 one (`gemm.prefers_avx512`,
+  `train_attention.prefers_avx512`) are chosen by default only where this holds. Measured:
+  benchmarks/README.md, "Intel Emerald Rapids" and "Zen 5"."""
+  vendor = cpu_vendor()
+  if vendor == 'GenuineIntel':
+    return True
+  family = cpu_family()
+  return vendor == 'AuthenticAMD' and family is not None and family >= 26
 
 
 @functools.cache

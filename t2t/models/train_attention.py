@@ -25,6 +25,13 @@ d_logits before d_q and d_k; so it is XLA's bf16 attention up to float32 summati
 Elsewhere the float32 kernel takes the rounded q, k and v: bf16 values multiplied in float32,
 the softmax's weights not rounded (slightly closer to the float32 model). Figures:
 benchmarks/README.md, "bf16 on Zen 4 again" and "The training attention's products in bf16".
+
+The float32 kernel has two builds of one source: AVX2 + FMA, 6 x 16 tiles, and AVX-512F, 6 x 32
+tiles of zmm sums (`small_dots.ATTENTION_TRAIN_F32_AVX512`, for d and key lengths that are
+multiples of 32), which runs by default where the cores do 512-bit FMAs at full width
+(`prefers_avx512`; `T2T_TRAIN_ATTENTION_AVX512=0` or `1` chooses). Their products sum in the same
+order; the softmax's and the backward's row sums run over 8 or 16 lanes, so the two agree to
+float32 rounding, not to the bit.
 """
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ Array = jax.Array
 
 SWITCH = 'T2T_TRAIN_ATTENTION'
 _FLOAT32 = 't2t_f32_attention_train'   # the handlers' names, without _fwd / _bwd
+_FLOAT32_AVX512 = 't2t_f32_avx512_attention_train'
 _BF16 = 't2t_bf16_attention_train'
 
 
@@ -66,6 +74,39 @@ def applies(query: Array, key: Array, value: Array, bias: Array | None) -> bool:
   if not small_dots.single_cpu_device() or unavailable_reason() is not None:
     return False
   return small_dots.loaded(small_dots.ATTENTION_TRAIN_F32) is not None
+
+
+def prefers_avx512() -> bool:
+  """Whether the float32 kernel's AVX-512 build (`small_dots.ATTENTION_TRAIN_F32_AVX512`) is
+  wanted where it runs: `T2T_TRAIN_ATTENTION_AVX512=1` or `0` decides; otherwise where the cores
+  run 512-bit FMAs at full width (`small_dots.full_width_avx512`: Intel, Zen 5)."""
+  choice = os.environ.get(small_dots.ATTENTION_TRAIN_F32_AVX512.switch, 'auto')
+  if choice in ('0', '1'):
+    return choice == '1'
+  return small_dots.full_width_avx512()
+
+
+def float32_kernel(query: Array, key: Array) -> str:
+  """The float32 handlers' name for these operands: the AVX-512 build's where `prefers_avx512()`,
+  it is built for this CPU, and d and the key length are multiples of 32 (its strips' width);
+  else the AVX2 build's."""
+  if (query.shape[-1] % 32 == 0 and key.shape[1] % 32 == 0 and prefers_avx512()
+      and small_dots.loaded(small_dots.ATTENTION_TRAIN_F32_AVX512) is not None):
+    return _FLOAT32_AVX512
+  return _FLOAT32
+
+
+def float32_build() -> str | None:
+  """The float32 kernel's build that runs here for d and key lengths that are multiples of 32
+  (T5's): the library's name (`attention_train_f32_avx512` or `attention_train_f32`), None where
+  neither runs. For benchmark records."""
+  if unavailable_reason() is not None:
+    return None
+  for library in ((small_dots.ATTENTION_TRAIN_F32_AVX512,) if prefers_avx512() else ()) + (
+      small_dots.ATTENTION_TRAIN_F32,):
+    if small_dots.loaded(library) is not None:
+      return library.name
+  return None
 
 
 def runs_bf16_products(query: Array, key: Array) -> bool:
@@ -94,7 +135,10 @@ def dropout_attention(query: Array, key: Array, value: Array, bias: Array | None
   bias = jnp.asarray(bias, jnp.float32)
   bias = jnp.broadcast_to(bias, (bias.shape[0], bias.shape[1], q, length))
   summed = tuple(axis for axis in (0, 1) if bias.shape[axis] == 1 and (b, h)[axis] > 1)
-  kernel = _BF16 if bf16_products and runs_bf16_products(query, key) else _FLOAT32
+  if bf16_products and runs_bf16_products(query, key):
+    kernel = _BF16
+  else:
+    kernel = float32_kernel(query, key)
   return _attention(query, key, value, bias, keep, float(1.0 / keep_prob), summed, kernel)
 
 
@@ -109,7 +153,7 @@ def _forward_call(query, key, value, bias, keep, scale, kernel):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def _attention(query, key, value, bias, keep, scale, summed, kernel):
   """`summed`: the axes (of 0 and 1) the bias broadcasts, over which its gradient is summed;
-  `kernel`: the handlers' name (`_FLOAT32` or `_BF16`)."""
+  `kernel`: the handlers' name (`_FLOAT32`, `_FLOAT32_AVX512` or `_BF16`)."""
   return _forward_call(query, key, value, bias, keep, scale, kernel)[0]
 
 

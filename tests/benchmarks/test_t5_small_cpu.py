@@ -12,7 +12,7 @@ import pytest
 from benchmarks import machine, report
 
 from benchmarks import t5_small_cpu as bench
-from t2t.models import gemm
+from t2t.models import gemm, train_attention
 from t2t.training import host_memory
 
 TOP_KEYS = {'benchmark', 'mode', 'model', 'config', 'shapes', 'steps', 'warmup', 'threads',
@@ -56,6 +56,7 @@ def test_train_tiny(monkeypatch):
   assert result['host_malloc']['t2t_glibc_tunables'] == 'glibc.malloc.arena_max=3'
   assert result['host_malloc']['t2t_xla_cpu_memory_schedule'] is host_memory.memory_schedule()
   assert result['gemm_build'] == getattr(gemm.library(), 'name', None)   # which build ran
+  assert result['train_attention_build'] == train_attention.float32_build()
   # Random tokens over a 128-id vocabulary: the first loss is near ln(128) ~ 4.85.
   assert 3.0 < ours['losses'][0] < 8.0
   assert result['peer_error'] == 'disabled with --no-peer'

@@ -93,15 +93,19 @@ def test_the_avx512_build_agrees_with_the_avx2_build_to_the_bit(m, k, n, transpo
 
 
 def test_which_build_runs(monkeypatch):
-  """T2T_GEMM_AVX512 decides; otherwise the AVX-512 build on Intel only (gemm.prefers_avx512)."""
+  """T2T_GEMM_AVX512 decides; otherwise the AVX-512 build where the cores run 512-bit FMAs at
+  full width: Intel, and AMD from Zen 5 (CPUID family 26) on, not Zen 3 or 4 (family 25)."""
   monkeypatch.setenv(small_dots.GEMM_F32_AVX512.switch, '0')
   assert not gemm.prefers_avx512()
   monkeypatch.setenv(small_dots.GEMM_F32_AVX512.switch, '1')
   assert gemm.prefers_avx512()
   monkeypatch.delenv(small_dots.GEMM_F32_AVX512.switch)
-  for vendor, wanted in (('GenuineIntel', True), ('AuthenticAMD', False), (None, False)):
+  for vendor, family, wanted in (('GenuineIntel', 6, True), ('AuthenticAMD', 25, False),
+                                 ('AuthenticAMD', 26, True), ('AuthenticAMD', None, False),
+                                 (None, None, False)):
     monkeypatch.setattr(small_dots, 'cpu_vendor', lambda vendor=vendor: vendor)
-    assert gemm.prefers_avx512() == wanted
+    monkeypatch.setattr(small_dots, 'cpu_family', lambda family=family: family)
+    assert gemm.prefers_avx512() == wanted, (vendor, family)
   monkeypatch.setenv(gemm.SWITCH, '0')
   assert gemm.library() is None
 

@@ -22,6 +22,11 @@ from tests.models import helpers
 _REASON = train_attention.unavailable_reason()
 needs_kernel = pytest.mark.skipif(_REASON is not None and 'T2T_' not in _REASON,
                                   reason=f'float32 training attention kernel unavailable: {_REASON}')
+# The float32 kernel's AVX-512 build needs AVX-512F (a Zen 4 or 5, or a Xeon).
+_AVX512_REASON = small_dots.unavailable_reason(small_dots.ATTENTION_TRAIN_F32_AVX512)
+needs_avx512_kernel = pytest.mark.skipif(
+    _AVX512_REASON is not None and 'T2T_' not in _AVX512_REASON,
+    reason=f'AVX-512 float32 training attention kernel unavailable: {_AVX512_REASON}')
 # The bf16 kernel needs AVX512_BF16 as well (a Zen 4 or a recent Xeon).
 _BF16_REASON = small_dots.unavailable_reason(small_dots.ATTENTION_TRAIN_BF16)
 needs_bf16_kernel = pytest.mark.skipif(
@@ -34,6 +39,7 @@ def _kernel_on(monkeypatch):
   monkeypatch.delenv(small_dots.SWITCH, raising=False)
   monkeypatch.delenv(train_attention.SWITCH, raising=False)
   monkeypatch.delenv(small_dots.ATTENTION_TRAIN_BF16.switch, raising=False)
+  monkeypatch.delenv(small_dots.ATTENTION_TRAIN_F32_AVX512.switch, raising=False)
 
 
 def _normal(seed, shape):
@@ -97,6 +103,100 @@ def test_forward_and_gradients_match_the_einsums(b, q, length, h, d, bias_shape)
     scale = float(jnp.max(jnp.abs(w)))
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=2e-6 * scale + 1e-9,
                                err_msg=name)
+
+
+def _vjp_results(fn, query, key, value, bias, keep, ct):
+  """(out, d_query, d_key, d_value[, d_bias]) of fn(query, key, value, bias, keep, 0.75)."""
+  args = (query, key, value) + (() if bias is None else (bias,))
+  call = lambda *a: fn(*a[:3], a[3] if len(a) > 3 else None, keep, 0.75)
+  out, pullback = jax.vjp(call, *args)
+  return (out, *pullback(ct))
+
+
+@needs_avx512_kernel
+@pytest.mark.parametrize('b, q, length, h, d, bias_shape', [
+    (2, 40, 64, 3, 32, (1, 3)),      # relative position bias: one per head, shared by the batch
+    (2, 64, 96, 2, 64, (2, 1)),      # padding mask: one per batch row, shared by the heads
+    (3, 7, 32, 2, 32, (3, 2)),       # a full bias; fewer queries than one register tile
+    (1, 193, 64, 1, 32, None),       # no bias; three blocks of query rows, the last of one row
+])
+def test_avx512_build_matches_the_einsums_and_the_avx2_build(monkeypatch, b, q, length, h, d,
+                                                            bias_shape):
+  """The AVX-512 build (6 x 32 tiles) against the unfused einsums and against the AVX2 build:
+  the products sum in the same order, the row sums over 16 lanes instead of 8, so the builds
+  agree to float32 rounding. With d = 64 the logits' spread is 8 and both builds sit up to 2.3e-6
+  of the largest gradient from the einsums (measured on a Zen 5), hence 4e-6 here."""
+  query, key = _normal(0, (b, q, h, d)), _normal(1, (b, length, h, d))
+  value = _normal(2, (b, length, h, d))
+  bias = None if bias_shape is None else _normal(3, (*bias_shape, q, length))
+  keep = jnp.asarray(np.random.default_rng(4).random((b, h, q, length)) > 0.25)
+  assert train_attention.applies(query, key, value, bias)   # loads both builds
+  ct = _normal(5, (b, q, h, d))
+  run = lambda fn: jax.jit(lambda: _vjp_results(fn, query, key, value, bias, keep, ct))
+
+  results = {}
+  for choice, target in (('1', 't2t_f32_avx512_attention_train'),
+                         ('0', 't2t_f32_attention_train_fwd')):
+    monkeypatch.setenv(small_dots.ATTENTION_TRAIN_F32_AVX512.switch, choice)
+    kernel = run(train_attention.dropout_attention)
+    text = kernel.lower().as_text()
+    assert target in text and ('avx512' in text) == (choice == '1')
+    results[choice] = kernel()
+  want = run(_reference)()
+  for name, wide, narrow, w in zip(('out', 'query', 'key', 'value', 'bias'), results['1'],
+                                   results['0'], want):
+    scale = float(jnp.max(jnp.abs(w)))
+    np.testing.assert_allclose(np.asarray(wide), np.asarray(w), rtol=0,
+                               atol=4e-6 * scale + 1e-9, err_msg=name)
+    np.testing.assert_allclose(np.asarray(wide), np.asarray(narrow), rtol=0,
+                               atol=1e-6 * scale + 1e-9, err_msg=name)
+
+
+@needs_avx512_kernel
+def test_avx512_build_by_hand(monkeypatch):
+  """test_by_hand's case with 32 keys, the AVX-512 build's strip width: P = 1/32, keys 0-15
+  dropped at keep_prob 0.5, so the output is (2/32) * (16 + ... + 31) = 23.5 and each kept
+  value's gradient 2/32."""
+  monkeypatch.setenv(small_dots.ATTENTION_TRAIN_F32_AVX512.switch, '1')
+  query = jnp.zeros((1, 1, 1, 32), jnp.float32)
+  key = _normal(0, (1, 32, 1, 32))
+  value = jnp.broadcast_to(jnp.arange(32, dtype=jnp.float32)[None, :, None, None], (1, 32, 1, 32))
+  keep = jnp.asarray(np.arange(32) >= 16).reshape(1, 1, 1, 32)
+  assert train_attention.float32_kernel(query, key) == 't2t_f32_avx512_attention_train'
+  out, pullback = jax.vjp(
+      lambda v: train_attention.dropout_attention(query, key, v, None, keep, 0.5), value)
+  np.testing.assert_allclose(np.asarray(out), np.full((1, 1, 1, 32), 23.5), rtol=1e-6)
+  (d_value,) = pullback(jnp.ones_like(out))
+  want = np.where(np.arange(32) >= 16, 2 / 32, 0.0)[None, :, None, None] * np.ones((1, 32, 1, 32))
+  np.testing.assert_allclose(np.asarray(d_value), want, rtol=1e-6)
+
+
+def test_which_float32_build_runs(monkeypatch):
+  """T2T_TRAIN_ATTENTION_AVX512 decides; otherwise the AVX-512 build where the cores run 512-bit
+  FMAs at full width (Intel; AMD from Zen 5, CPUID family 26, on), and only for d and key
+  lengths that are multiples of 32."""
+  switch = small_dots.ATTENTION_TRAIN_F32_AVX512.switch
+  monkeypatch.setenv(switch, '0')
+  assert not train_attention.prefers_avx512()
+  monkeypatch.setenv(switch, '1')
+  assert train_attention.prefers_avx512()
+  monkeypatch.delenv(switch)
+  for vendor, family, wanted in (('GenuineIntel', 6, True), ('AuthenticAMD', 25, False),
+                                 ('AuthenticAMD', 26, True), ('AuthenticAMD', None, False),
+                                 (None, None, False)):
+    monkeypatch.setattr(small_dots, 'cpu_vendor', lambda vendor=vendor: vendor)
+    monkeypatch.setattr(small_dots, 'cpu_family', lambda family=family: family)
+    assert train_attention.prefers_avx512() == wanted, (vendor, family)
+  monkeypatch.setenv(switch, '1')
+  q16, kv16 = _normal(0, (1, 8, 2, 16)), _normal(1, (1, 64, 2, 16))
+  assert train_attention.float32_kernel(q16, kv16) == 't2t_f32_attention_train'   # d % 32
+  q32 = _normal(0, (1, 8, 2, 32))
+  assert train_attention.float32_kernel(q32, _normal(1, (1, 48, 2, 32))) == 't2t_f32_attention_train'
+  wide = small_dots.loaded(small_dots.ATTENTION_TRAIN_F32_AVX512) is not None
+  assert (train_attention.float32_kernel(q32, _normal(1, (1, 64, 2, 32)))
+          == ('t2t_f32_avx512_attention_train' if wide else 't2t_f32_attention_train'))
+  monkeypatch.setenv(switch, '0')
+  assert train_attention.float32_kernel(q32, _normal(1, (1, 64, 2, 32))) == 't2t_f32_attention_train'
 
 
 @needs_bf16_kernel
@@ -301,3 +401,17 @@ def test_bf16_matmul_t5_with_the_bf16_kernel_is_xlas_bf16_path(monkeypatch):
     from_xla = float(jnp.max(jnp.abs(g - x))) / scale
     xla_from_f32 = float(jnp.max(jnp.abs(x - w))) / scale
     assert from_xla < 1e-2 and from_xla < 0.25 * xla_from_f32, (from_xla, xla_from_f32)
+
+
+def test_float32_build_names_the_library_that_runs(monkeypatch):
+  """float32_build: the AVX-512 build's name where it is preferred and loads, else the AVX2
+  build's, None with the kernel off."""
+  monkeypatch.setenv(small_dots.ATTENTION_TRAIN_F32_AVX512.switch, '0')
+  avx2 = small_dots.loaded(small_dots.ATTENTION_TRAIN_F32) is not None
+  assert train_attention.float32_build() == ('attention_train_f32' if avx2 else None)
+  monkeypatch.setenv(small_dots.ATTENTION_TRAIN_F32_AVX512.switch, '1')
+  wide = small_dots.loaded(small_dots.ATTENTION_TRAIN_F32_AVX512) is not None
+  assert train_attention.float32_build() == (
+      'attention_train_f32_avx512' if wide else 'attention_train_f32' if avx2 else None)
+  monkeypatch.setenv(train_attention.SWITCH, '0')
+  assert train_attention.float32_build() is None

@@ -43,9 +43,11 @@ inference), bf16 (`BF16`) or float32 (`F32`'s `t2t_f32_sequence_attention`, in t
 [b, len, heads, kv] layout), with XLA's gradient when differentiated. Inside `weights_reused()`
 (a decoding step) a [K, N] weight is given to the kernel transposed, a transpose XLA computes
 once before the decoding loop. The float32 GEMM library (`GEMM_F32`), the training attention's
-(`ATTENTION_TRAIN_F32`, and `ATTENTION_TRAIN_BF16` for bf16 matmul operands), the initialisers' Threefry hash (`THREEFRY`) and a decoder layer's whole
-decoding step (`DECODER_STEP_F32`, and its AVX2 build `DECODER_STEP_F32_AVX2`) are loaded here
-too, for `gemm.py`, `train_attention.py`, `threefry.py` and `decoder_step.py`.
+(`ATTENTION_TRAIN_F32` and its AVX-512 build `ATTENTION_TRAIN_F32_AVX512`, and
+`ATTENTION_TRAIN_BF16` for bf16 matmul operands), the initialisers' Threefry hash (`THREEFRY`)
+and a decoder layer's whole decoding step (`DECODER_STEP_F32`, and its AVX2 build
+`DECODER_STEP_F32_AVX2`) are loaded here too, for `gemm.py`, `train_attention.py`, `threefry.py`
+and `decoder_step.py`.
 """
 from __future__ import annotations
 

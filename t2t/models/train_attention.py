@@ -29,7 +29,9 @@ benchmarks/README.md, "bf16 on Zen 4 again" and "The training attention's produc
 The float32 kernel has two builds of one source: AVX2 + FMA, 6 x 16 tiles, and AVX-512F, 6 x 32
 tiles of zmm sums (`small_dots.ATTENTION_TRAIN_F32_AVX512`, for d and key lengths that are
 multiples of 32), which runs by default where the cores do 512-bit FMAs at full width
-(`prefers_avx512`; `T2T_TRAIN_ATTENTION_AVX512=0` or `1` chooses). Their products sum in the same
+(`prefers_avx512`; `T2T_TRAIN_ATTENTION_AVX512=0` or `1` chooses): on a 2-core Zen 5 it took
+another 1.5-8% off the float32 train step after the GEMM's AVX-512 build (benchmarks/README.md,
+"Zen 5"); on Intel it runs by the same rule, not yet timed there. Their products sum in the same
 order; the softmax's and the backward's row sums run over 8 or 16 lanes, so the two agree to
 float32 rounding, not to the bit.
 """

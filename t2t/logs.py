@@ -16,9 +16,10 @@ warnings. None of it tells a t2t user anything they can act on, and it buries t2
 
 In a run of several processes on CPUs, XLA's Gloo collectives print "[Gloo] Rank 0 is connected
 to 1 peer ranks. ..." on fd 1 (standard output) for every communicator they build, several per
-process. `quiet_collectives()` (called by `t2t.cli` once a multi-process run has joined) filters
-fd 1 the same way, dropping exactly those lines (`STDOUT_NOISE`); single-process runs leave
-standard output alone.
+process, from several threads at once, so that two messages can interleave piece by piece within
+a line. `quiet_collectives()` (called by `t2t.cli` once a multi-process run has joined) filters
+fd 1 through `CollectiveLines`, which drops exactly those messages, whole or interleaved;
+single-process runs leave standard output alone.
 
 `T2T_VERBOSE=1` or an absl `--verbosity` / `-v` flag turns all of this off.
 """
@@ -53,10 +54,10 @@ NOISE: tuple[re.Pattern, ...] = tuple(re.compile(p) for p in (
     r"site-packages/[\w/.-]+\.py:\d+: \w*Warning: ",  # a library's Python warning
 ))
 
-# Lines on standard output that are library chatter (XLA:CPU's Gloo collectives, C++ std::cout).
-STDOUT_NOISE: tuple[re.Pattern, ...] = (
-    re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks"),
-)
+# The constant pieces of the message XLA:CPU's Gloo collectives write to std::cout, one `<<` each:
+# "[Gloo] Rank R is connected to P peer ranks. Expected number of connected peer ranks is : E".
+GLOO_PIECES = re.compile(r"\[Gloo\] Rank | is connected to | peer ranks\. |"
+                         r"Expected number of connected peer ranks is : ")
 
 # Library lines that do matter, restated once in t2t's words.
 RESTATED: tuple[tuple[re.Pattern, str], ...] = (
@@ -121,9 +122,34 @@ class LineFilter:
     return line + "\n"
 
 
-def stdout_line(line: str) -> Optional[str]:
-  """The text to write for a line of standard output, or None to drop it (`STDOUT_NOISE`)."""
-  return None if any(p.search(line) for p in STDOUT_NOISE) else line + "\n"
+class CollectiveLines:
+  """Decides, line by line, what of a joined run's standard output reaches the terminal.
+
+  Gloo's threads write their connection message in pieces (`GLOO_PIECES`, the numbers, then a
+  newline), and two threads' pieces interleave: "[Gloo] Rank 7[Gloo] Rank 6 is connected to 7
+  peer ranks. ... : 7" followed by " is connected to 7 peer ranks. ... : 7". A line made only of
+  Gloo pieces, numbers and spaces is dropped. Each line's newline ends one message, so a line
+  that begins k messages leaves k - 1 open; while messages are open, a line of nothing but
+  numbers and spaces (or an empty one) is the rest of one of them and is dropped too. Any other
+  line passes unchanged, a line that mixes Gloo pieces with other text included (nothing of
+  t2t's output is ever cut).
+  """
+
+  def __init__(self):
+    self._open = 0  # messages begun on earlier lines whose newline has not come yet
+
+  def __call__(self, line: str) -> Optional[str]:
+    """The text to write for `line` (without its newline), or None to drop it."""
+    pieces = GLOO_PIECES.findall(line)
+    only_gloo = not GLOO_PIECES.sub("", line).strip("0123456789 \t\r")
+    if pieces:
+      begun = sum(piece == "[Gloo] Rank " for piece in pieces)
+      self._open = max(self._open + begun - 1, 0)
+      return None if only_gloo else line + "\n"
+    if self._open and only_gloo:
+      self._open -= 1
+      return None
+    return line + "\n"
 
 
 class _FdFilter:
@@ -209,13 +235,13 @@ def quiet(argv: Optional[Sequence[str]] = None) -> bool:
 
 
 def quiet_collectives() -> bool:
-  """Filters fd 1 for `STDOUT_NOISE` too, when `quiet()` is filtering (a multi-process run: see
-  the module docstring). Returns True when standard output is filtered."""
+  """Filters fd 1 through `CollectiveLines` too, when `quiet()` is filtering (a multi-process
+  run: see the module docstring). Returns True when standard output is filtered."""
   global _stdout_filter
   if _filter is None:
     return False
   if _stdout_filter is None:
-    _stdout_filter = _FdFilter(1, stdout_line)
+    _stdout_filter = _FdFilter(1, CollectiveLines())
   return True
 
 

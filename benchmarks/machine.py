@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Any
 
+from t2t import cpu
+
 # Average cores used by other processes above which a section counts as measured on a loaded machine.
 FOREIGN_CORES_LIMIT = 0.25
 
@@ -70,21 +72,7 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
   (AVX512_BF16 or AMX-BF16 on x86, BF16 on Arm) rather than conversions to float32.
   Fields the file lacks are None; without the file every field is None.
   """
-  if cpuinfo is None:
-    try:
-      with open('/proc/cpuinfo') as f:
-        cpuinfo = f.read()
-    except OSError:
-      cpuinfo = ''
-  fields: dict[str, str] = {}
-  for line in cpuinfo.splitlines():
-    if not line.strip():
-      if fields:
-        break   # the first processor's entry is enough: a VM's vCPUs are alike
-      continue
-    key, sep, value = line.partition(':')
-    if sep:
-      fields.setdefault(key.strip().lower(), value.strip())
+  fields = cpu.cpuinfo_entry(cpuinfo)
   if not fields:
     return dict(model_name=None, vendor=None, family=None, model=None, stepping=None,
                 microarchitecture=None, mhz=None, isa={flag: None for flag in ISA_FLAGS},

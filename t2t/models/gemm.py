@@ -38,6 +38,7 @@ import os
 import jax
 import jax.numpy as jnp
 
+from t2t import cpu
 from t2t.models import small_dots
 
 Array = jax.Array
@@ -62,13 +63,13 @@ def unavailable_reason() -> str | None:
 
 def prefers_avx512() -> bool:
   """Whether the AVX-512 build is wanted where it runs: `T2T_GEMM_AVX512=1` or `0` decides;
-  otherwise where the cores run 512-bit FMAs at full width (`small_dots.full_width_avx512`:
+  otherwise where the cores run 512-bit FMAs at full width (`cpu.full_width_avx512`:
   Intel, Zen 5), twice AVX2's work. AMD's Zen 4 splits each 512-bit operation into two 256-bit
   halves, and the AVX2 build is the one measured there."""
   choice = os.environ.get(small_dots.GEMM_F32_AVX512.switch, 'auto')
   if choice in ('0', '1'):
     return choice == '1'
-  return small_dots.full_width_avx512()
+  return cpu.full_width_avx512()
 
 
 def library() -> small_dots.Library | None:

@@ -59,7 +59,6 @@ import functools
 import hashlib
 import math
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
@@ -71,6 +70,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from t2t import cpu
 
 Array = jax.Array
 DType = Any
@@ -166,57 +167,6 @@ def cache_dir() -> Path:
 
 
 @functools.cache
-def _cpu_flags() -> frozenset[str]:
-  """The processor's flags on x86-64 Linux (empty elsewhere: no kernel applies there)."""
-  if platform.system() != 'Linux' or platform.machine() not in ('x86_64', 'AMD64'):
-    return frozenset()
-  try:
-    with open('/proc/cpuinfo') as f:
-      return frozenset(next((line.split(':', 1)[1].split() for line in f
-                             if line.startswith('flags')), []))
-  except OSError:
-    return frozenset()
-
-
-@functools.cache
-def cpu_vendor() -> str | None:
-  """/proc/cpuinfo's vendor_id ('GenuineIntel', 'AuthenticAMD'), None where it has none."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      return next((line.split(':', 1)[1].strip() for line in f
-                   if line.startswith('vendor_id')), None)
-  except OSError:
-    return None
-
-
-@functools.cache
-def cpu_family() -> int | None:
-  """/proc/cpuinfo's 'cpu family' (6 for Intel's cores, 25 for AMD's Zen 3 and 4, 26 for Zen 5),
-  None where it has none."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      value = next((line.split(':', 1)[1].strip() for line in f
-                    if line.startswith('cpu family')), None)
-  except OSError:
-    return None
-  return int(value) if value is not None and value.isdigit() else None
-
-
-def full_width_avx512() -> bool:
-  """Whether this processor's cores run 512-bit FMAs at full width, twice AVX2's float32 work a
-  cycle: Intel's (two 512-bit FMA units a Xeon core) and AMD's from Zen 5 on (CPUID family 26).
-  Zen 4 (family 25) splits each 512-bit operation into two 256-bit halves, so t2t's AVX-512
-  builds of a kernel that has an AVX2 one (`gemm.prefers_avx512`,
-  `train_attention.prefers_avx512`) are chosen by default only where this holds. Measured:
-  benchmarks/README.md, "Intel Emerald Rapids" and "Zen 5"."""
-  vendor = cpu_vendor()
-  if vendor == 'GenuineIntel':
-    return True
-  family = cpu_family()
-  return vendor == 'AuthenticAMD' and family is not None and family >= 26
-
-
-@functools.cache
 def _which_compiler(cxx: str | None) -> str | None:
   return cxx or shutil.which('g++') or shutil.which('c++')
 
@@ -289,7 +239,7 @@ def unavailable_reason(library: Library = BF16) -> str | None:
     return f'{SWITCH}=0'
   if library.switch and os.environ.get(library.switch, '1') == '0':
     return f'{library.switch}=0'
-  if not all(flag in _cpu_flags() for flag in library.cpu_flags):
+  if not all(flag in cpu.flags() for flag in library.cpu_flags):
     return (f'the CPU lacks one of {", ".join(library.cpu_flags)} '
             '(or is not x86-64 Linux)')
   if _compiler() is None:

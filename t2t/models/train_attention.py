@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t import cpu
 from t2t.models import small_dots
 
 Array = jax.Array
@@ -81,11 +82,11 @@ def applies(query: Array, key: Array, value: Array, bias: Array | None) -> bool:
 def prefers_avx512() -> bool:
   """Whether the float32 kernel's AVX-512 build (`small_dots.ATTENTION_TRAIN_F32_AVX512`) is
   wanted where it runs: `T2T_TRAIN_ATTENTION_AVX512=1` or `0` decides; otherwise where the cores
-  run 512-bit FMAs at full width (`small_dots.full_width_avx512`: Intel, Zen 5)."""
+  run 512-bit FMAs at full width (`cpu.full_width_avx512`: Intel, Zen 5)."""
   choice = os.environ.get(small_dots.ATTENTION_TRAIN_F32_AVX512.switch, 'auto')
   if choice in ('0', '1'):
     return choice == '1'
-  return small_dots.full_width_avx512()
+  return cpu.full_width_avx512()
 
 
 def float32_kernel(query: Array, key: Array) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import seqio
 
+from t2t import cpu
 from t2t.models import decoder_step, decoding, layers, small_dots
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import Transformer
@@ -196,12 +197,12 @@ def test_other_layers_run_unfused(change, monkeypatch):
 
 
 def test_avx2_build_without_avx512_and_none_without_avx2(monkeypatch):
-  monkeypatch.setattr(small_dots, '_cpu_flags', lambda: frozenset({'avx2', 'fma'}))
+  monkeypatch.setattr(cpu, 'flags', lambda: frozenset({'avx2', 'fma'}))
   if small_dots.unavailable_reason(small_dots.DECODER_STEP_F32_AVX2) is not None:
     pytest.skip('no C++ compiler for the kernels')
   assert decoder_step.unavailable_reason() is None
   assert decoder_step.step_library() is small_dots.DECODER_STEP_F32_AVX2
-  monkeypatch.setattr(small_dots, '_cpu_flags', lambda: frozenset({'sse4_2'}))
+  monkeypatch.setattr(cpu, 'flags', lambda: frozenset({'sse4_2'}))
   assert 'avx512f' in decoder_step.unavailable_reason()
   assert 'avx2' in decoder_step.unavailable_reason()
   assert decoder_step.step_library() is None

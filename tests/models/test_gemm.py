@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import seqio
 
+from t2t import cpu
 from t2t.models import gemm, matmuls, small_dots
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import Transformer
@@ -103,8 +104,8 @@ def test_which_build_runs(monkeypatch):
   for vendor, family, wanted in (('GenuineIntel', 6, True), ('AuthenticAMD', 25, False),
                                  ('AuthenticAMD', 26, True), ('AuthenticAMD', None, False),
                                  (None, None, False)):
-    monkeypatch.setattr(small_dots, 'cpu_vendor', lambda vendor=vendor: vendor)
-    monkeypatch.setattr(small_dots, 'cpu_family', lambda family=family: family)
+    monkeypatch.setattr(cpu, 'vendor', lambda vendor=vendor: vendor)
+    monkeypatch.setattr(cpu, 'family', lambda family=family: family)
     assert gemm.prefers_avx512() == wanted, (vendor, family)
   monkeypatch.setenv(gemm.SWITCH, '0')
   assert gemm.library() is None

@@ -364,14 +364,3 @@ def test_switch_turns_the_kernel_off(monkeypatch):
   assert status['f32'] == {'enabled': False, 'reason': 'T2T_SMALL_DOTS=0'}
   a, b = _operands(4, (8, 64), (64, 32))
   assert small_dots.dot('mk,kn->mn', a, b) is None
-
-
-def test_cpu_family_is_the_processors():
-  """small_dots.cpu_family reads /proc/cpuinfo's 'cpu family' as benchmarks/machine.py does;
-  full_width_avx512 follows from it and the vendor (Intel, or AMD family 26 on)."""
-  from benchmarks import machine
-  identity = machine.cpu_identity()
-  assert small_dots.cpu_family() == identity['family']
-  vendor, family = identity['vendor'], identity['family']
-  assert small_dots.full_width_avx512() == (
-      vendor == 'GenuineIntel' or (vendor == 'AuthenticAMD' and family is not None and family >= 26))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import seqio
 
+from t2t import cpu
 from t2t.models import decoding, layers, matmuls, small_dots, train_attention
 from t2t.models.api import EncoderDecoderModel
 from t2t.models.transformer import Transformer
@@ -53,7 +54,7 @@ def test_kernel_builds_and_reports_enabled():
 
 
 def test_kernel_needs_avx2_and_fma(monkeypatch):
-  monkeypatch.setattr(small_dots, '_cpu_flags', lambda: frozenset({'avx', 'avx2'}))
+  monkeypatch.setattr(cpu, 'flags', lambda: frozenset({'avx', 'avx2'}))
   assert 'fma' in small_dots.unavailable_reason(small_dots.F32)
   with small_dots.weights_reused():
     assert small_dots.dot('mk,nk->mn', *_operands(0, (8, 64), (32, 64))) is None

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2t import cpu
 from t2t.models import layers, small_dots
 from tests.models import helpers
 from tests.models.test_small_dots_f32 import (_operands, _reference_cross_attention, _reused_dot,
@@ -176,7 +177,7 @@ def test_float32_model_decodes_the_same_tokens_with_either_build_and_the_nt_kern
 
 
 def test_a_processor_without_avx512_uses_the_avx2_panels(monkeypatch):
-  monkeypatch.setattr(small_dots, '_cpu_flags', lambda: frozenset({'avx2', 'fma'}))
+  monkeypatch.setattr(cpu, 'flags', lambda: frozenset({'avx2', 'fma'}))
   assert 'avx512f' in small_dots.unavailable_reason(small_dots.F32_AVX512)
   if small_dots.unavailable_reason(small_dots.F32) is not None:
     pytest.skip('no C++ compiler for the AVX2 kernels either')

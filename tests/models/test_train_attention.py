@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import seqio
 
+from t2t import cpu
 from t2t.models import small_dots, train_attention
 from t2t.models.matmuls import matmul
 from t2t.models.api import EncoderDecoderModel
@@ -184,8 +185,8 @@ def test_which_float32_build_runs(monkeypatch):
   for vendor, family, wanted in (('GenuineIntel', 6, True), ('AuthenticAMD', 25, False),
                                  ('AuthenticAMD', 26, True), ('AuthenticAMD', None, False),
                                  (None, None, False)):
-    monkeypatch.setattr(small_dots, 'cpu_vendor', lambda vendor=vendor: vendor)
-    monkeypatch.setattr(small_dots, 'cpu_family', lambda family=family: family)
+    monkeypatch.setattr(cpu, 'vendor', lambda vendor=vendor: vendor)
+    monkeypatch.setattr(cpu, 'family', lambda family=family: family)
     assert train_attention.prefers_avx512() == wanted, (vendor, family)
   monkeypatch.setenv(switch, '1')
   q16, kv16 = _normal(0, (1, 8, 2, 16)), _normal(1, (1, 64, 2, 16))

@@ -273,3 +273,41 @@ def test_beam_search_shares_the_encoder_side_across_beams(matmul_dtype):
       full, enc.shape[0], length, beam_size=beams)
   np.testing.assert_array_equal(seqs, ref_seqs)
   np.testing.assert_allclose(seen['scores'], ref_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_argmax_matches_is_jnp_argmax_on_ties_nans_and_infinities():
+  """api.argmax_matches (max, then a min over index + vocab * sign(max - logit)) says what
+  `jnp.argmax(logits, -1) == targets` says: the first of tied maxima, the first NaN, and index 0
+  of a row of -inf (those last rows through decoding.first_argmax)."""
+  rows = jnp.array([[1.0, 3.0, 3.0, 2.0],               # tie: the first, 1
+                    [0.0, 0.0, 0.0, 0.0],                # all tied: 0
+                    [-2.0, -jnp.inf, -1.0, -1.5]])      # finite maximum beside -inf: 2
+  for target in range(4):
+    targets = jnp.full((3,), target)
+    np.testing.assert_array_equal(jax.jit(api.argmax_matches)(rows, targets),
+                                  jnp.argmax(rows, -1) == targets)
+  odd = jnp.array([[jnp.nan, 5.0, jnp.nan, 9.0], [1.0, 2.0, jnp.nan, 9.0], [-jnp.inf] * 4,
+                   [-jnp.inf, -1.0, jnp.inf, jnp.inf]])   # argmax: 0, 2, 0, 2
+  for target in range(4):
+    targets = jnp.full((4,), target)
+    np.testing.assert_array_equal(jax.jit(api.argmax_matches)(odd, targets),
+                                  jnp.array([0, 2, 0, 2]) == target)
+  logits = jax.random.normal(jax.random.PRNGKey(0), (2, 9, 32128))
+  logits = logits.at[:, :4, 7].set(logits.max())   # ties with the maximum further on
+  targets = jnp.argmax(logits, -1).at[:, ::2].add(1)   # half right, half off by one
+  got = jax.jit(api.argmax_matches)(logits, targets)
+  np.testing.assert_array_equal(got, jnp.argmax(logits, -1) == targets)
+  assert 0 < int(got.sum()) < got.size
+
+
+def test_the_accuracy_test_traces_under_grad():
+  """The loss is differentiated with `correct` beside it: the test traces under jax.grad and
+  passes no gradient to the logits (they enter the product below only as x[..., 0])."""
+  logits = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 5))
+  targets = jnp.argmax(logits, -1).at[0].set(4)
+
+  def f(x):
+    return jnp.sum(api.cross_entropy_with_logits(x, targets)[1] * x[..., 0])
+  grad = jax.jit(jax.grad(f))(logits)
+  np.testing.assert_array_equal(grad[..., 0], jnp.argmax(logits, -1) == targets)
+  np.testing.assert_array_equal(grad[..., 1:], 0.0)

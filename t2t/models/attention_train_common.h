@@ -150,31 +150,14 @@ inline ffi::Error ReadBackward(const char* name, int multiple, const ffi::AnyBuf
 
 // 8 keep flags (bytes of 0 or 1) -> 8 floats, each `scale` or 0.
 inline __m256 KeepScale(const uint8_t* keep, __m256 scale) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), scale);
+  return t2t::vec::Avx2::KeepScale(keep, scale);
 }
 
-// The backward's elementwise step for one query row of L (a multiple of 8), given its P row `p`
-// and keep flags: d [L] holds dW = d_out v^T on entry and d_logits on return,
-// d_logits = P * (dP - rowsum(dP * P)) with dP = dW * keep * scale; `dropped` receives
-// P * keep * scale and `d_logits` a copy of d (the kernel's d_logits result).
+// The backward's elementwise step for one query row at AVX2 width, the scale as a vector
+// (attention_tiles_f32.h's `tiles::SoftmaxDropoutBackwardRow` says what it computes).
 inline void SoftmaxDropoutBackwardRow(const float* p, const uint8_t* keep, __m256 scale, int L,
                                       float* d, float* dropped, float* d_logits) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int j = 0; j < L; j += 8) {
-    const __m256 m = KeepScale(keep + j, scale), pj = _mm256_loadu_ps(p + j);
-    const __m256 dp = _mm256_mul_ps(_mm256_loadu_ps(d + j), m);
-    _mm256_storeu_ps(d + j, dp);
-    _mm256_storeu_ps(dropped + j, _mm256_mul_ps(pj, m));
-    acc = _mm256_fmadd_ps(dp, pj, acc);
-  }
-  const __m256 delta = _mm256_set1_ps(t2t::f32::ReduceSum(acc));
-  for (int j = 0; j < L; j += 8) {
-    const __m256 ds = _mm256_mul_ps(_mm256_loadu_ps(p + j),
-                                    _mm256_sub_ps(_mm256_loadu_ps(d + j), delta));
-    _mm256_storeu_ps(d + j, ds);
-    _mm256_storeu_ps(d_logits + j, ds);
-  }
+  t2t::tiles::SoftmaxDropoutBackwardRow<t2t::vec::Avx2>(p, keep, scale, L, d, dropped, d_logits);
 }
 
 }  // namespace attention_train

@@ -50,27 +50,6 @@ using namespace t2t::f32;
 #define T2T_ATTENTION_FWD t2t_f32_attention_train_fwd
 #define T2T_ATTENTION_BWD t2t_f32_attention_train_bwd
 #define T2T_ATTENTION_NAME "t2t_f32_attention_train"
-
-namespace {
-
-// dropped [L] = p * keep * scale, L a multiple of 8 (attention_tiles_f32_avx512.h has the same
-// on 16 lanes).
-inline void DropoutRow(const float* p, const uint8_t* keep, float scale, int L, float* dropped) {
-  const __m256 vscale = _mm256_set1_ps(scale);
-  for (int j = 0; j < L; j += 8) {
-    _mm256_storeu_ps(dropped + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), KeepScale(keep + j, vscale)));
-  }
-}
-
-// attention_train_common.h's backward row step with the scale as a float, as the AVX-512
-// header's takes it.
-inline void SoftmaxDropoutBackwardRow(const float* p, const uint8_t* keep, float scale, int L,
-                                      float* d, float* dropped, float* d_logits) {
-  t2t::attention_train::SoftmaxDropoutBackwardRow(p, keep, _mm256_set1_ps(scale), L, d, dropped,
-                                                  d_logits);
-}
-
-}  // namespace
 #endif
 
 namespace {

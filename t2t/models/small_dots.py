@@ -102,8 +102,9 @@ class Library:
 BF16 = Library('bf16', _HERE / 'small_dots.cc', ('avx512f', 'avx512bw', 'avx512_bf16'),
                _COMMON_FLAGS + ('-mavx512f', '-mavx512bw', '-mavx512vl', '-mavx512bf16'),
                ('t2t_bf16_nn', 't2t_bf16_nt', 't2t_bf16_attention'))
-_F32_HEADERS = (_HERE / 'small_dots_common.h', _HERE / 'attention_tiles_f32.h')
-_AVX512_HEADERS = _F32_HEADERS + (_HERE / 'panels_f32_avx512.h',)
+_F32_HEADERS = (_HERE / 'small_dots_common.h', _HERE / 'attention_tiles_f32.h', _HERE / 'vec_f32.h')
+# Every header a source may include, under any of its builds' flags: each is part of the key.
+_PANEL_HEADERS = _F32_HEADERS + (_HERE / 'panels_f32_avx512.h', _HERE / 'panels_f32_avx2.h')
 F32 = Library('f32', _HERE / 'small_dots_f32.cc', ('avx2', 'fma'),
               _COMMON_FLAGS + ('-mavx2', '-mfma'),
               ('t2t_f32_nt', 't2t_f32_transpose', 't2t_f32_attention',
@@ -111,15 +112,14 @@ F32 = Library('f32', _HERE / 'small_dots_f32.cc', ('avx2', 'fma'),
 F32_AVX512 = Library('f32_avx512', _HERE / 'small_dots_f32_avx512.cc', ('avx512f', 'avx2', 'fma'),
                      _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma'),
                      ('t2t_f32_pack_panels', 't2t_f32_panel_product', 't2t_f32_attention_avx512'),
-                     _AVX512_HEADERS, switch='T2T_F32_AVX512')
-_AVX2_PANEL_HEADERS = _F32_HEADERS + (_HERE / 'panels_f32_avx2.h',)
+                     _PANEL_HEADERS, switch='T2T_F32_AVX512')
 F32_PANELS_AVX2 = Library(   # the same source built for AVX2: the panels without AVX-512F
     'f32_panels_avx2', _HERE / 'small_dots_f32_avx512.cc', ('avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx2', '-mfma'),
-    ('t2t_f32_pack_panels_avx2', 't2t_f32_panel_product_avx2'), _AVX2_PANEL_HEADERS,
+    ('t2t_f32_pack_panels_avx2', 't2t_f32_panel_product_avx2'), _PANEL_HEADERS,
     switch='T2T_F32_PANELS_AVX2')
-_STEP_HEADERS = (_HERE / 'attention_tiles_f32.h', _HERE / 'panels_f32_avx512.h',
-                 _HERE / 'panels_f32_avx2.h')
+_STEP_HEADERS = (_HERE / 'attention_tiles_f32.h', _HERE / 'vec_f32.h',
+                 _HERE / 'panels_f32_avx512.h', _HERE / 'panels_f32_avx2.h')
 DECODER_STEP_F32 = Library(   # t2t/models/decoder_step.py: a decoder layer's step in one call
     'decoder_step_f32', _HERE / 'decoder_step_f32.cc', ('avx512f', 'avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma'), ('t2t_f32_decoder_layer_step',),
@@ -134,7 +134,8 @@ GEMM_F32_AVX512 = Library(   # the same GEMM with AVX-512 tiles (gemm.library() 
     'gemm_f32_avx512', _HERE / 'gemm_f32.cc', ('avx512f', 'avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma', '-DT2T_GEMM_AVX512'),
     ('t2t_f32_gemm_avx512',), switch='T2T_GEMM_AVX512')
-_TRAIN_ATTENTION_HEADERS = _F32_HEADERS + (_HERE / 'attention_train_common.h',)
+_TRAIN_ATTENTION_HEADERS = _F32_HEADERS + (_HERE / 'attention_train_common.h',
+                                          _HERE / 'attention_tiles_f32_avx512.h')
 ATTENTION_TRAIN_F32 = Library(   # t2t/models/train_attention.py
     'attention_train_f32', _HERE / 'attention_train_f32.cc', ('avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx2', '-mfma'),
@@ -143,8 +144,7 @@ ATTENTION_TRAIN_F32_AVX512 = Library(   # the same source with AVX-512 tiles
     'attention_train_f32_avx512', _HERE / 'attention_train_f32.cc', ('avx512f', 'avx2', 'fma'),
     _COMMON_FLAGS + ('-mavx512f', '-mavx2', '-mfma', '-DT2T_ATTENTION_AVX512'),
     ('t2t_f32_avx512_attention_train_fwd', 't2t_f32_avx512_attention_train_bwd'),
-    _TRAIN_ATTENTION_HEADERS + (_HERE / 'attention_tiles_f32_avx512.h',),
-    switch='T2T_TRAIN_ATTENTION_AVX512')
+    _TRAIN_ATTENTION_HEADERS, switch='T2T_TRAIN_ATTENTION_AVX512')
 ATTENTION_TRAIN_BF16 = Library(   # the same for bf16 matmul operands, by VDPBF16PS
     'attention_train_bf16', _HERE / 'attention_train_bf16.cc',
     ('avx512f', 'avx512bw', 'avx512_bf16', 'avx2', 'fma'),

@@ -364,3 +364,23 @@ def test_switch_turns_the_kernel_off(monkeypatch):
   assert status['f32'] == {'enabled': False, 'reason': 'T2T_SMALL_DOTS=0'}
   a, b = _operands(4, (8, 64), (64, 32))
   assert small_dots.dot('mk,kn->mn', a, b) is None
+
+
+def test_every_header_a_kernel_includes_is_in_its_build_key():
+  """A library's compiled file is named by a hash of its source and `headers`: a header that the
+  source includes (directly or through another header) but that is not listed would leave an
+  old build in use after that header changed."""
+  import re
+  from pathlib import Path
+  here = Path(small_dots.__file__).parent
+
+  def includes(path):
+    return set(re.findall(r'^#include "([\w.]+\.h)"', path.read_text(), re.M))
+
+  for library in small_dots.LIBRARIES:
+    found, todo = set(), [library.source]
+    while todo:
+      for name in includes(todo.pop()) - found:
+        found.add(name)
+        todo.append(here / name)
+    assert found <= {path.name for path in library.headers}, (library.name, found)

@@ -1,5 +1,6 @@
-"""benchmarks/summary.py on the committed Zen 3 runs (figures the README's Performance table
-states) and on small hand-made results for grouping, loaded runs and refusals."""
+"""benchmarks/summary.py on the committed Zen 3 runs (the figures the README's Performance table
+states, and those of an earlier day) and on small hand-made results for grouping, loaded runs and
+refusals."""
 import json
 import os
 
@@ -30,21 +31,46 @@ def _write(tmp_path, name, result):
   return str(path)
 
 
-def test_the_zen3_runs_give_the_readmes_figures():
-  files = [os.path.join(RESULTS, f'2026-11-30_t5_small_cpu_all_fp32_zen3_run{i}.json')
-           for i in range(1, 10)]  # the nine runs of 2026-11-30 02:41-10:24 UTC
+def _zen3_runs(date: str, count: int) -> dict:
+  """summary's one group over the committed `all` runs {date}_..._zen3_run1..count."""
+  files = [os.path.join(RESULTS, f'{date}_t5_small_cpu_all_fp32_zen3_run{i}.json')
+           for i in range(1, count + 1)]
   got = summary.summarise({f: summary.load(f) for f in files})
   assert list(got) == ['Zen 3, fp32']
-  targets = got['Zen 3, fp32']['targets']
+  return got['Zen 3, fp32']
+
+
+def _met_of(group: dict) -> dict:
+  return {k: (t['met'], t['of']) for k, t in group['targets'].items()}
+
+
+def test_the_zen3_runs_give_the_readmes_figures():
+  zen3 = _zen3_runs('2026-12-07', 7)  # the README table's Zen 3 column
+  targets = zen3['targets']
+  # Run 1's 1.41x is the one train miss; greedy missed 2x in runs 2, 3 and 4 (1.69x, the farthest).
+  assert _met_of(zen3) == {'train_speedup': (6, 7), 'train_roof_fraction': (7, 7),
+                           'greedy_speedup': (4, 7), 'beam4_speedup': (7, 7),
+                           'compile_and_first_s': (0, 7)}
+  assert targets['train_speedup']['median'] == pytest.approx(1.68, abs=0.005)
+  assert targets['train_speedup']['min'] == pytest.approx(1.41, abs=0.005)
+  assert targets['greedy_speedup']['min'] == pytest.approx(1.69, abs=0.005)
+  assert targets['compile_and_first_s']['median'] == pytest.approx(16.2, abs=0.05)
+  assert targets['compile_and_first_s']['min'] == pytest.approx(15.4, abs=0.05)
+  assert zen3['seconds']['greedy_t2t']['median'] == pytest.approx(2.05, abs=0.005)
+
+
+def test_the_zen3_runs_of_2026_11_30_give_their_figures():
+  zen3 = _zen3_runs('2026-11-30', 9)  # 02:41-10:24 UTC, the table's Zen 3 runs until 2026-12-07
+  targets = zen3['targets']
   # Run 7's 1.37x is the one train miss; greedy met 2x in runs 3, 5, 7 and 8; no cold start <= 15 s.
-  assert {k: (t['met'], t['of']) for k, t in targets.items()} == {
-      'train_speedup': (8, 9), 'train_roof_fraction': (9, 9), 'greedy_speedup': (4, 9),
-      'beam4_speedup': (9, 9), 'compile_and_first_s': (0, 9)}
+  assert _met_of(zen3) == {'train_speedup': (8, 9), 'train_roof_fraction': (9, 9),
+                           'greedy_speedup': (4, 9), 'beam4_speedup': (9, 9),
+                           'compile_and_first_s': (0, 9)}
   assert targets['train_speedup']['median'] == pytest.approx(1.71, abs=0.005)
   assert targets['train_speedup']['min'] == pytest.approx(1.37, abs=0.005)
   assert targets['greedy_speedup']['max'] == pytest.approx(2.26, abs=0.005)
   assert targets['compile_and_first_s']['median'] == pytest.approx(20.4, abs=0.05)
-  assert got['Zen 3, fp32']['seconds']['greedy_t2t']['median'] == pytest.approx(2.53, abs=0.005)
+  assert zen3['seconds']['greedy_t2t']['median'] == pytest.approx(2.53, abs=0.005)
 
 
 def test_groups_by_processor_and_counts_the_runs_that_met_each_target(tmp_path):

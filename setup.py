@@ -37,6 +37,11 @@ INSTALL_REQUIRES = [
     "sentencepiece==0.2.1",
     "protobuf>=6.31.1,<7",
     "numpy>=2.0,<3",
+    # Not 0.7: its import registers ~40,500 ufunc loops (0.6.0: ~2,700), each checked by numpy
+    # against those already there, 0.7 s of CPU at every process start (every `python -m t2t.*`
+    # and each of the test suite's ~140 processes); jax 0.10 and TF 2.21 accept >= 0.5.1.
+    # benchmarks/results/2026-12-07_ml_dtypes_import_ab_zen3.json.
+    "ml_dtypes>=0.5.1,<0.7",
     "scipy>=1.13,<2",
     "scikit-learn>=1.5,<2",
     "sacrebleu~=2.6",

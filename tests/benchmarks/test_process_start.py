@@ -39,3 +39,22 @@ def test_a_module_that_fails_to_import_and_bad_runs_are_reported():
     process_start.start_once("t2t_no_such_module", "keep")
   with pytest.raises(SystemExit, match="--runs must be >= 1"):
     process_start.main(["--runs", "0"])
+
+
+def test_deferred_imports_modes_alternate_and_only_eager_runs_pyglove(tmp_path, monkeypatch,
+                                                                     capsys):
+  (tmp_path / "pyglove").mkdir()
+  (tmp_path / "pyglove" / "__init__.py").write_text("from pyglove import core\n")
+  (tmp_path / "pyglove" / "core.py").write_text("")
+  (tmp_path / "t2t_then_pyglove.py").write_text("import t2t\nimport pyglove\n")
+  path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+  monkeypatch.setenv("PYTHONPATH", path)
+  result = process_start.measure("t2t_then_pyglove", runs=1, compare="deferred_imports")
+  assert [(r["mode"], r["loaded"]) for r in result["runs"]] == [
+      ("eager", ["pyglove.core"]), ("deferred", [])]
+  assert result["compare"] == "deferred_imports"
+  assert result["deferred_over_eager_wall"] == pytest.approx(
+      result["median"]["deferred"]["wall_s"] / result["median"]["eager"]["wall_s"])
+  with pytest.raises(SystemExit):
+    process_start.main(["--compare", "nothing"])
+  assert "argument --compare: invalid choice: 'nothing'" in capsys.readouterr().err

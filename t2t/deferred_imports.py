@@ -2,8 +2,8 @@
 
 `seqio/dataset_providers.py` imports PyGlove (`import pyglove as pg`) for one `isinstance` check
 in `PyGloveTunableMixture.__init__`, a mixture class t2t does not use. Importing PyGlove executes
-~100 modules of its own (its symbolic, hyper-parameter and evolution packages): ~0.34 s of the
-~5.5 s that `import t2t.train` takes, paid by every `python -m t2t.*` and by each of the test
+~120 modules of its own (its symbolic, hyper-parameter and evolution packages): ~0.24 s of the
+~5.7 s that `import t2t.train` took (0.34 s under `-X importtime`), paid by every `python -m t2t.*` and by each of the test
 suite's ~140 processes (benchmarks/README.md, "process_start").
 
 `defer_unused_imports` puts a finder first on `sys.meta_path` that answers an import of the
@@ -22,7 +22,6 @@ times both).
 from __future__ import annotations
 
 import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
 import sys

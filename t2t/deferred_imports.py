@@ -3,8 +3,9 @@
 `seqio/dataset_providers.py` imports PyGlove (`import pyglove as pg`) for one `isinstance` check
 in `PyGloveTunableMixture.__init__`, a mixture class t2t does not use. Importing PyGlove executes
 ~120 modules of its own (its symbolic, hyper-parameter and evolution packages): ~0.24 s of the
-~5.7 s that `import t2t.train` took (0.34 s under `-X importtime`), paid by every `python -m t2t.*` and by each of the test
-suite's ~140 processes (benchmarks/README.md, "process_start").
+~5.7 s that `import t2t.train` took (0.34 s under `-X importtime`), paid by every
+`python -m t2t.*` and by each of the test suite's ~140 processes (benchmarks/README.md,
+"process_start").
 
 `defer_unused_imports` puts a finder first on `sys.meta_path` that answers an import of the
 top-level `pyglove` package with the real package's spec, its loader wrapped in
@@ -56,4 +57,3 @@ def defer_unused_imports() -> None:
     return
   if not any(isinstance(f, _DeferOnFirstUse) for f in sys.meta_path):
     sys.meta_path.insert(0, _DeferOnFirstUse())
-

@@ -55,11 +55,11 @@ def test_seqio_and_its_pyglove_mixture_use_the_same_module():
 def test_a_deferred_package_that_is_not_installed_fails_to_import_as_usual(monkeypatch):
   monkeypatch.setattr(deferred_imports, "DEFERRED_PACKAGES", ("t2t_no_such_package",))
   with pytest.raises(ModuleNotFoundError, match="t2t_no_such_package"):
-    import t2t_no_such_package  # pylint: disable=import-outside-toplevel,unused-import  # noqa: F401
+    import t2t_no_such_package  # noqa: F401  # pylint: disable=import-outside-toplevel
 
 
 def test_installing_twice_adds_one_finder():
   deferred_imports.defer_unused_imports()
   deferred_imports.defer_unused_imports()
-  finders = [f for f in sys.meta_path if isinstance(f, deferred_imports._DeferOnFirstUse)]  # pylint: disable=protected-access
-  assert len(finders) == 1
+  finder_type = deferred_imports._DeferOnFirstUse  # pylint: disable=protected-access
+  assert len([f for f in sys.meta_path if isinstance(f, finder_type)]) == 1

@@ -14,7 +14,9 @@ each timed section also says when it starts and how long it took.
 (vocab 32128, d_model 512, 6 + 6 layers, 8 heads x 64, d_ff 2048, relu, tied embeddings; dropout 0.1
 for training, 0 for decoding) fed random token ids (no vocabulary), so nothing is downloaded.
 
-What is timed, and how it lines up with the peer (`benchmarks/hf_t5_peer.py`, Hugging Face PyTorch T5):
+What is timed, and how it lines up with the peer (`benchmarks/hf_t5_peer.py`, Hugging Face's
+PyTorch T5), at the issue's shapes by default or at any `--batch`, `--enc-len`, `--dec-len`,
+`--gen-len`, which the peer is given too:
 - train: `Trainer.step` (loss and grads, then the AdaFactor update: two jitted programs, the update
   compiled on a second thread, or one with `--fused-step`), synchronised every step (the peer
   calls `loss.item()` every step). Tokens per step = batch * (enc_len + dec_len).
@@ -79,9 +81,9 @@ from t2t.training.partitioning import Partitioner  # noqa: E402
 from t2t.training.predictor import Predictor  # noqa: E402
 from t2t.training.trainer import dropout_key_impl  # noqa: E402
 
-# The peer's shapes (hf_t5_peer.py: B, LE, LD, and GEN, the default of its --gen-len) and model.
+# The issue's shapes, also the peer's defaults (hf_t5_peer.py: B, LE, LD and GEN). Any other shape
+# is passed to the peer (`peer_shape_args`), so both sides always run the same one.
 PEER_SHAPES = dict(batch=8, enc_len=512, dec_len=114, gen_len=64)
-PEER_FIXED_SHAPES = ('batch', 'enc_len', 'dec_len')   # the peer's --gen-len sets the other
 
 
 def model_flops(c: T5Config, batch: int, enc_len: int, dec_len: int, gen_len: int,
@@ -263,6 +265,11 @@ def peer_unavailable(peer: Path) -> str | None:
   return None
 
 
+def peer_shape_args(batch: int, enc_len: int, dec_len: int) -> list[str]:
+  """The peer script's arguments for this run's batch and lengths (--gen-len is passed apart)."""
+  return ['--batch', str(batch), '--enc-len', str(enc_len), '--dec-len', str(dec_len)]
+
+
 def run_peer(peer: Path, mode: str, steps: int, warmup: int, beams: int, threads: int,
              flops: int, timeout_s: float = 3600.0, precision: str = 'fp32',
              gen_len: int = PEER_SHAPES['gen_len'], peer_malloc: str = 'system',
@@ -347,17 +354,15 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
   sections = [t2t_section]
   if no_peer:
     peer_error = 'disabled with --no-peer'
-  elif (tiny or config.dropout_rate != peer_dropout
-        or any(shapes[k] != PEER_SHAPES[k] for k in PEER_FIXED_SHAPES if k in shapes)):
-    fixed = {k: PEER_SHAPES[k] for k in PEER_FIXED_SHAPES}
-    peer_error = (f'the peer runs only T5-small with dropout {peer_dropout} at {fixed} (any '
-                  f'gen_len); this run has {shapes}, dropout {config.dropout_rate}'
-                  f'{", --tiny" if tiny else ""}')
+  elif tiny or config.dropout_rate != peer_dropout:
+    peer_error = (f'the peer runs only T5-small with dropout {peer_dropout} (at any shape); this '
+                  f'run has dropout {config.dropout_rate}{", --tiny" if tiny else ""}')
   else:
     with machine.Section('peer') as peer_section:
       peer_result, peer_error = run_peer(peer or default_peer_path(), mode, steps, warmup, beams,
                                          threads, ours['flops_per_step'], precision=precision,
-                                         gen_len=gen_len, peer_malloc=peer_malloc)
+                                         gen_len=gen_len, peer_malloc=peer_malloc,
+                                         extra_args=peer_shape_args(batch, enc_len, dec_len))
     sections.append(peer_section)
 
   ratio = None

@@ -134,3 +134,21 @@ def test_plot_draws_each_run_as_a_dot_with_the_median_and_the_target(tmp_path, c
   assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert summary.main([*files, '--plot', str(tmp_path / 'cli.png')]) == 0
   assert (tmp_path / 'cli.png').stat().st_size > 10_000 and 'wrote' in capsys.readouterr().err
+
+
+def test_runs_at_other_shapes_are_a_group_of_their_own():
+  issue = _fake('Zen 3', 1.7, True)
+  other = _fake('Zen 3', 1.3, False)
+  for mode, shapes in (('train', dict(batch=32, enc_len=128, dec_len=8)),
+                       ('greedy', dict(batch=32, enc_len=128, gen_len=8, beams=1))):
+    other['results'][mode]['shapes'] = shapes
+  got = summary.summarise({'a.json': issue, 'b.json': other})
+  assert sorted(got) == ['Zen 3, fp32', 'Zen 3, fp32, batch 32, 128/8 -> 8']
+  assert got['Zen 3, fp32, batch 32, 128/8 -> 8']['targets']['train_speedup']['median'] == 1.3
+  # The committed fine-tuning-shape runs: their own group, every train step faster than the peer's.
+  files = [os.path.join(RESULTS, f'2026-12-07_t5_small_cpu_all_fp32_zen3_b32_128_8_run{i}.json')
+           for i in (1, 2, 3)]
+  got = summary.summarise({f: summary.load(f) for f in files})
+  assert list(got) == ['Zen 3, fp32, batch 32, 128/8 -> 8']
+  train = got['Zen 3, fp32, batch 32, 128/8 -> 8']['targets']['train_speedup']
+  assert train['of'] == 3 and 1.2 < train['min'] <= train['max'] < 1.5

@@ -74,7 +74,7 @@ def test_decode_tiny_beam_search_decodes_full_length():
   ours = _check_common(result, 'decode', steps=1)
   assert ours['gen_new_tokens'] == 5  # EOS is masked, so no row stops early
   assert result['config']['dropout_rate'] == 0.0
-  assert 'peer runs only' in result['peer_error']  # tiny runs are never compared with the peer
+  assert 'peer runs only' in result['peer_error'] and '--tiny' in result['peer_error']
 
 
 def test_missing_peer_is_reported_not_raised(tmp_path):
@@ -245,3 +245,25 @@ def test_bf16_precision_sets_the_matmul_dtype_and_asks_the_peer_for_autocast(tmp
   got, _ = bench.run_peer(peer, 'decode', 1, 1, 1, 1, flops=1, gen_len=1)
   argv = got['raw']['argv']
   assert argv[argv.index('--gen-len') + 1] == '1'
+
+
+def test_the_peer_runs_at_the_runs_own_shapes(tmp_path, monkeypatch):
+  """Any batch and lengths are compared: the peer is given them (a stand-in script echoes them)."""
+  peer = tmp_path / 'peer.py'
+  peer.write_text('import json, sys\na = sys.argv[1:]\nv = lambda k: int(a[a.index(k) + 1])\n'
+                  'print("RESULT " + json.dumps(dict(step_times=[2.0], batch=v("--batch"), '
+                  'enc_len=v("--enc-len"), dec_len=v("--dec-len"), argv=a)))\n')
+  monkeypatch.setattr(bench, 'peer_unavailable', lambda p: None)
+  ours = dict(median_s=1.0, min_s=1.0, flops_per_step=10)
+  monkeypatch.setattr(bench, 'bench_train', lambda *a, **k: dict(ours))
+  monkeypatch.setattr(bench, 'bench_compilation_cache', lambda *a, **k: {})
+  result = bench.run('train', steps=1, warmup=1, batch=32, enc_len=128, dec_len=16, peer=peer)
+  assert result['peer_error'] is None and result['shapes'] == dict(batch=32, enc_len=128,
+                                                                  dec_len=16)
+  raw = result['peer']['raw']
+  assert (raw['batch'], raw['enc_len'], raw['dec_len']) == (32, 128, 16)
+  assert result['peer']['tokens_per_s_median'] == 32 * (128 + 16) / 2.0
+  assert result['ratio']['speedup_median'] == 2.0
+  # A run the peer cannot match (another dropout) is still not compared, and says why.
+  result = bench.run('train', steps=1, warmup=1, dropout_rate=0.0, peer=peer)
+  assert result['peer'] is None and 'dropout 0.1' in result['peer_error']

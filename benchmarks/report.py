@@ -15,6 +15,32 @@ TARGETS = (
 )
 
 
+# The shapes the issue's targets are set at; `t5_small_cpu.PEER_SHAPES` is this dict.
+ISSUE_SHAPES = dict(batch=8, enc_len=512, dec_len=114, gen_len=64)
+
+
+def run_shapes(result: dict[str, Any]) -> dict[str, int]:
+  """The shapes a result ran at: {batch, enc_len, dec_len, gen_len} for `all` (from its train and
+  greedy runs), the lengths its mode uses for one mode (train: no gen_len, decode: no dec_len)."""
+  if result.get('mode') != 'all':
+    given = result.get('shapes') or {}
+    return {k: given[k] for k in ISSUE_SHAPES if k in given}
+  runs = result.get('results') or {}
+  given = {**((runs.get('greedy') or {}).get('shapes') or {}),
+           **((runs.get('train') or {}).get('shapes') or {})}
+  return {k: given.get(k, v) for k, v in ISSUE_SHAPES.items()}
+
+
+def shape_text(shapes: dict[str, int]) -> str:
+  """'batch 8, 512/114 -> 64': batch, input / target tokens -> decoded tokens (those present)."""
+  text = f'batch {shapes.get("batch")}, {shapes.get("enc_len")}'
+  if 'dec_len' in shapes:
+    text += f'/{shapes["dec_len"]}'
+  if 'gen_len' in shapes:
+    text += f' -> {shapes["gen_len"]}'
+  return text
+
+
 def cpu_model() -> str | None:
   """The processor's model name (`machine.cpu_identity`), e.g. 'AMD EPYC'."""
   return machine.cpu_identity()['model_name']
@@ -92,7 +118,9 @@ def table(result: dict[str, Any]) -> str:
   malloc = result.get('host_malloc') or next(
       (r.get('host_malloc') for r in result.get('results', {}).values()), None)
   cpu = machine.describe_cpu(m['cpu_identity']) if 'cpu_identity' in m else m.get('cpu')
-  lines = [f'T5 v1.0 small, CPU, {result.get("threads")} threads, {cpu}, {m.get("date_utc")}; '
+  shapes = run_shapes(result)
+  lines = [f'T5 v1.0 small, {shape_text(shapes)}, CPU, {result.get("threads")} threads, {cpu}, '
+           f'{m.get("date_utc")}; '
            f'load average at start {_fmt((m.get("loadavg_at_start") or [None])[0])} on '
            f'{m.get("cores")} cores' + (
                f'; host malloc: t2t {"retain" if malloc["t2t_retains_freed_memory"] else "system"}'
@@ -116,6 +144,9 @@ def table(result: dict[str, Any]) -> str:
     for t in result['targets'].values():
       met = {True: 'yes', False: 'NO', None: '-'}[t['met']]
       lines.append(f'| {t["what"]} | {t["target"]} | {_fmt(t["measured"])} | {met} |')
+    if shapes != ISSUE_SHAPES:   # an `all` run has all four
+      lines += ['', f'(The issue sets its targets at {shape_text(ISSUE_SHAPES)}; this run is at '
+                f'{shape_text(shapes)}.)']
   else:
     name = result['mode'] + (f' beams={result["shapes"].get("beams")}' if result['mode'] == 'decode'
                              else '')

@@ -53,19 +53,6 @@ def load(path: str) -> dict[str, Any]:
   return result
 
 
-# The issue's shapes (`t5_small_cpu.PEER_SHAPES`; not imported, which would start JAX).
-ISSUE_SHAPES = dict(batch=8, enc_len=512, dec_len=114, gen_len=64)
-
-
-def run_shapes(result: dict[str, Any]) -> dict[str, int]:
-  """{batch, enc_len, dec_len, gen_len} of an `all` run (its train and greedy results)."""
-  runs = result.get('results') or {}
-  train = (runs.get('train') or {}).get('shapes') or {}
-  greedy = (runs.get('greedy') or {}).get('shapes') or {}
-  return {k: train.get(k, greedy.get(k, ISSUE_SHAPES[k])) if k != 'gen_len'
-          else greedy.get(k, ISSUE_SHAPES[k]) for k in ISSUE_SHAPES}
-
-
 def group_key(result: dict[str, Any]) -> str:
   """'Zen 3, fp32': the processor's microarchitecture (or model name) and the run's precision,
   then its shapes where they are not the issue's ('Zen 3, fp32, batch 32, 128/8 -> 8'), so runs
@@ -73,11 +60,8 @@ def group_key(result: dict[str, Any]) -> str:
   identity = (result.get('machine') or {}).get('cpu_identity') or {}
   cpu = identity.get('microarchitecture') or identity.get('model_name') or 'unknown CPU'
   key = f'{cpu}, {result.get("precision", "fp32")}'
-  shapes = run_shapes(result)
-  if shapes != ISSUE_SHAPES:
-    key += (f', batch {shapes["batch"]}, {shapes["enc_len"]}/{shapes["dec_len"]} -> '
-            f'{shapes["gen_len"]}')
-  return key
+  shapes = report.run_shapes(result)
+  return key if shapes == report.ISSUE_SHAPES else f'{key}, {report.shape_text(shapes)}'
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:

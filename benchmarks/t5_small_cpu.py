@@ -81,9 +81,9 @@ from t2t.training.partitioning import Partitioner  # noqa: E402
 from t2t.training.predictor import Predictor  # noqa: E402
 from t2t.training.trainer import dropout_key_impl  # noqa: E402
 
-# The issue's shapes, also the peer's defaults (hf_t5_peer.py: B, LE, LD and GEN). Any other shape
-# is passed to the peer (`peer_shape_args`), so both sides always run the same one.
-PEER_SHAPES = dict(batch=8, enc_len=512, dec_len=114, gen_len=64)
+# The issue's shapes (`report.ISSUE_SHAPES`), also the peer's defaults (hf_t5_peer.py: B, LE, LD
+# and GEN). Any other shape is passed to the peer (`peer_shape_args`): both sides run the same one.
+PEER_SHAPES = report.ISSUE_SHAPES
 
 
 def model_flops(c: T5Config, batch: int, enc_len: int, dec_len: int, gen_len: int,

@@ -213,6 +213,17 @@ def test_targets_and_table_from_a_result():
   assert 'Trainer.init_state' not in text  # a result written before init_state_s was recorded
   out['results']['train']['t2t']['init_state_s'] = 6.5
   assert 'compile + first step 12.0 s, after 6.5 s of Trainer.init_state' in report.table(out)
+  # The shapes head the table; a run at other shapes than the issue's says so under its targets.
+  assert text.startswith('T5 v1.0 small, batch 8, 512/114 -> 64, CPU') and 'sets its' not in text
+  out['results']['train']['shapes'] = dict(batch=32, enc_len=128, dec_len=8)
+  out['results']['greedy']['shapes'] = dict(batch=32, enc_len=128, gen_len=8, beams=1)
+  text = report.table(out)
+  assert text.startswith('T5 v1.0 small, batch 32, 128/8 -> 8, CPU')
+  assert ('The issue sets its targets at batch 8, 512/114 -> 64; this run is at batch 32, '
+          '128/8 -> 8.') in text
+  one = dict(r(0.6, 1.4), mode='decode', threads=2, shapes=dict(batch=1, enc_len=512, gen_len=64,
+                                                               beams=1))
+  assert report.table(one).startswith('T5 v1.0 small, batch 1, 512 -> 64, CPU')  # no target length
 
 
 def test_bf16_precision_sets_the_matmul_dtype_and_asks_the_peer_for_autocast(tmp_path, monkeypatch):

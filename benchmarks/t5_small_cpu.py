@@ -354,9 +354,11 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
   sections = [t2t_section]
   if no_peer:
     peer_error = 'disabled with --no-peer'
-  elif tiny or config.dropout_rate != peer_dropout:
-    peer_error = (f'the peer runs only T5-small with dropout {peer_dropout} (at any shape); this '
-                  f'run has dropout {config.dropout_rate}{", --tiny" if tiny else ""}')
+  elif tiny:
+    peer_error = 'the peer runs only T5-small (at any shape); this run is --tiny'
+  elif config.dropout_rate != peer_dropout:
+    peer_error = (f'the peer runs T5-small with dropout {peer_dropout} only (at any shape); this '
+                  f'run has dropout {config.dropout_rate}')
   else:
     with machine.Section('peer') as peer_section:
       peer_result, peer_error = run_peer(peer or default_peer_path(), mode, steps, warmup, beams,

@@ -366,6 +366,11 @@ def run(mode: str, *, steps: int = 5, warmup: int = 2, beams: int = 1, threads: 
                                          gen_len=gen_len, peer_malloc=peer_malloc,
                                          extra_args=peer_shape_args(batch, enc_len, dec_len))
     sections.append(peer_section)
+    if peer_result is not None:
+      ran = {k: peer_result['raw'].get(k) for k in shapes if k in ('batch', 'enc_len', 'dec_len')}
+      if any(ran[k] != shapes[k] for k in ran):   # e.g. an older --peer script that ignores them
+        peer_result, peer_error = None, (f'the peer ran at {ran}, not at this run\'s shapes '
+                                         f'{shapes}; its figures are not compared')
 
   ratio = None
   if peer_result is not None:

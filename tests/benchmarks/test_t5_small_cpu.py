@@ -275,6 +275,13 @@ def test_the_peer_runs_at_the_runs_own_shapes(tmp_path, monkeypatch):
   assert (raw['batch'], raw['enc_len'], raw['dec_len']) == (32, 128, 16)
   assert result['peer']['tokens_per_s_median'] == 32 * (128 + 16) / 2.0
   assert result['ratio']['speedup_median'] == 2.0
+  # A peer that ran at other shapes than it was given (one that ignores them) is not compared.
+  fixed = tmp_path / 'fixed_peer.py'
+  fixed.write_text('import json\nprint("RESULT " + json.dumps(dict(step_times=[2.0], batch=8, '
+                   'enc_len=512, dec_len=114)))\n')
+  result = bench.run('train', steps=1, warmup=1, batch=32, enc_len=128, dec_len=16, peer=fixed)
+  assert result['peer'] is None and result['ratio'] is None
+  assert "the peer ran at {'batch': 8, 'enc_len': 512, 'dec_len': 114}" in result['peer_error']
   # A run the peer cannot match (another dropout) is still not compared, and says why.
   result = bench.run('train', steps=1, warmup=1, dropout_rate=0.0, peer=peer)
   assert result['peer'] is None and 'dropout 0.1' in result['peer_error']

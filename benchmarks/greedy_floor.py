@@ -18,7 +18,7 @@ cache), the cross-attention cache (layers x 2 x batch x enc_len x heads x d_kv) 
 self-attention cache at the longest length, in the run's parameter dtype; divided by
 `per_token_s` it gives the rate the loop streams them at, to set against the machine's memory
 bandwidth. With `before_first_s` at the matmul roof and that rate at the bandwidth, the decode is at
-its floor (benchmarks/README.md, "Float32 greedy on Zen 4: where the floor is").
+its floor (benchmarks/EXPERIMENTS.md, "Float32 greedy on Zen 4: where the floor is").
 
 Prints one JSON line (per-length times and medians, the fit, `machine` with the load and the
 processor); refuses a loaded machine unless `--allow-loaded`.

@@ -66,10 +66,11 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
 
   "AMD EPYC", the model name a VM reports, names processors three generations apart whose
   speeds differ by ~2x and whose bf16 arithmetic is native on one and emulated on another
-  (benchmarks/README.md, "Two processors"), so the JSON keeps the vendor, CPUID family / model /
-  stepping, the microarchitecture where known (AMD EPYC and Intel Xeon), the clock the kernel reports, which of
-  `ISA_FLAGS` the processor has, and `native_bf16`: whether bf16 dot products are instructions
-  (AVX512_BF16 or AMX-BF16 on x86, BF16 on Arm) rather than conversions to float32.
+  (benchmarks/EXPERIMENTS.md, "Two processors"), so the JSON keeps the vendor, CPUID family /
+  model / stepping, the microarchitecture where known (AMD EPYC and Intel Xeon), the clock the
+  kernel reports, which of `ISA_FLAGS` the processor has, and `native_bf16`: whether bf16 dot
+  products are instructions (AVX512_BF16 or AMX-BF16 on x86, BF16 on Arm) rather than
+  conversions to float32.
   Fields the file lacks are None; without the file every field is None.
   """
   fields = cpu.cpuinfo_entry(cpuinfo)
@@ -122,7 +123,7 @@ def check_bf16_is_native(precision: str, cpu: dict[str, Any], peer_runs: bool,
   """Refuses bf16 against a peer on a processor without bf16 instructions (`cpu_identity`).
 
   There both sides emulate bf16 with float32 conversions, and PyTorch's autocast far more slowly
-  than XLA (benchmarks/README.md, "Two processors"), so the ratio would time the emulation, not
+  than XLA (benchmarks/EXPERIMENTS.md, "Two processors"), so the ratio would time the emulation, not
   the frameworks. A run without the peer, or with `allow_emulated`, may go on.
   """
   if precision != 'bf16' or not peer_runs or allow_emulated or cpu.get('native_bf16') is not False:

@@ -68,7 +68,7 @@ def full_width_avx512() -> bool:
   Zen 4 (family 25) splits each 512-bit operation into two 256-bit halves, so t2t's AVX-512
   builds of a kernel that has an AVX2 one (`gemm.prefers_avx512`,
   `train_attention.prefers_avx512`) are chosen by default only where this holds. Measured:
-  benchmarks/README.md, "Intel Emerald Rapids" and "Zen 5"."""
+  benchmarks/EXPERIMENTS.md, "Intel Emerald Rapids" and "Zen 5"."""
   if vendor() == 'GenuineIntel':
     return True
   return vendor() == 'AuthenticAMD' and (family() or 0) >= 26

@@ -9,7 +9,7 @@
 // values), the dropped weights P * keep * scale, d_out, and d_logits for d_q and d_k. The softmax,
 // the dropout and the backward's elementwise steps stay float32, so the result is XLA's bf16
 // attention up to float32 summation order. On a Zen 4 the bf16 dot products run at ~1.8x the
-// float32 FMAs' rate (the `--precision bf16` roof in benchmarks/README.md).
+// float32 FMAs' rate (the `--precision bf16` roof in benchmarks/EXPERIMENTS.md).
 //
 //   t2t_bf16_attention_train_fwd, t2t_bf16_attention_train_bwd: the operands, results and
 //   attribute of attention_train_f32.cc's two handlers (float32 buffers throughout); D and L

@@ -5,9 +5,9 @@
 //
 // XLA computes a T5-small layer's training attention (batch 8, 8 heads, 512 x 512) as ~10 fusions
 // that each pass over [8, 8, 512, 512] float32 tensors (logits, softmax, dropout, their
-// gradients), ~55-67 GFLOP/s on a 2-core Zen 3 (benchmarks/README.md). Here one work item is one
-// (batch row, head): its products run through attention_tiles_f32.h's 6 x 16 register tiles and
-// the elementwise steps are done row by row while the row is in cache.
+// gradients), ~55-67 GFLOP/s on a 2-core Zen 3 (benchmarks/EXPERIMENTS.md). Here one work item is
+// one (batch row, head): its products run through attention_tiles_f32.h's 6 x 16 register tiles
+// and the elementwise steps are done row by row while the row is in cache.
 //
 //   t2t_f32_attention_train_fwd: q [B, Q, H, D], k and v [B, L, H, D], bias [B or 1, H or 1, Q, L],
 //     keep (bool) [B, H, Q, L], attribute scale (1 / keep probability) ->

@@ -6,7 +6,7 @@ each of the step's products and its encoder-decoder attention in a kernel of its
 left was ~55 kernel calls and ~160 small XLA thunks a token (norms, residual adds, the
 self-attention and its softmax, the cache updates), each a fork and join of the threads. On a
 Zen 4 VM that cost ~11.3 ms a token where the same step written as one C++ routine took 8.5-9.2
-(benchmarks/README.md, "A decoder layer's step in one call"). `fused_layer_step` runs a whole
+(benchmarks/EXPERIMENTS.md, "A decoder layer's step in one call"). `fused_layer_step` runs a whole
 `DecoderLayer` step (three RMS norms, self-attention with the cache update, encoder-decoder
 attention, the FFN, the residuals) as one call, whose work items each stage gives to whichever
 of the caller and XLA's pool threads takes them first.

@@ -5,7 +5,7 @@
 // values, the self-attention cache) for 8 rows; t2t's per-product kernels stream them at ~28 GB/s,
 // but the step also runs ~160 small XLA thunks (norms, residual adds, softmaxes, cache updates)
 // and ~55 kernel calls a token, each a fork and join of the threads: 11.3 ms a token where a
-// standalone C++ step over the same data takes ~8.6 (benchmarks/README.md, "A decoder layer's
+// standalone C++ step over the same data takes ~8.6 (benchmarks/EXPERIMENTS.md, "A decoder layer's
 // step in one call"). Here a layer is one call in eight dependent stages whose work items
 // (weight panels, heads) go to whichever thread takes them first: the caller, and XLA's pool
 // threads from whenever they start (a thread starting late joins the stage in progress, so no
@@ -262,7 +262,7 @@ constexpr int kAheadFloats = 8192;   // software prefetch distance in the encode
 
 // logits [rows, n] = q [rows, DK] (row stride ldq) x keys [DK, ldk] (the first n columns): the
 // keys read once, row after row, each query row's logits accumulated in L1. A layout-order pass
-// streams ~15% faster here than register tiles over 128-column strips (benchmarks/README.md,
+// streams ~15% faster here than register tiles over 128-column strips (benchmarks/EXPERIMENTS.md,
 // "A decoder layer's step in one call").
 void KeysInOrder(const float* q, size_t ldq, const float* keys, size_t ldk, float* logits,
                  int rows, int DK, int n) {

@@ -68,7 +68,7 @@ def first_argmax(logits: Array) -> Array:
   The first index of the maximum, or of the first NaN if there is one, as `jnp.argmax` gives.
   XLA:CPU runs argmax's paired (value, index) reduction as a scalar loop: over T5's 32k
   vocabulary at batch 8, 0.58 ms a token against 0.19 ms for a max and then a min over the
-  matching indices (benchmarks/README.md, "Greedy decoding").
+  matching indices (benchmarks/EXPERIMENTS.md, "Greedy decoding").
   """
   top = jnp.max(logits, axis=-1, keepdims=True)
   vocab = logits.shape[-1]

@@ -4,7 +4,7 @@
 1 / keep_prob), with masks from `dropout_keep_mask`: the T5 recipe's dropout (Raffel et al. 2020,
 section 2.1: within the FFN, on the residual, on the attention weights, at each stack's input and
 output; rate 0.1, section 3.1.1) at a quarter of the PRNG work of
-`jax.random.bernoulli` (benchmarks/README.md, "The dropout PRNG"). `Dropout.keep_mask` gives a
+`jax.random.bernoulli` (benchmarks/EXPERIMENTS.md, "The dropout PRNG"). `Dropout.keep_mask` gives a
 site's mask to a kernel that applies it itself (t2t/models/train_attention.py).
 """
 from __future__ import annotations

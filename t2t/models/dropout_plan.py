@@ -4,7 +4,7 @@ A Flax model derives each dropout site's key with its own `fold_in` of the site'
 step's key (`Scope.make_rng`) and draws the site's mask from it, so T5-small's train step holds
 64 scalar key derivations and 64 mask generators. Each is its own kernel that XLA's CPU backend
 compiles separately, and together they were about half of the step's compile time
-(benchmarks/README.md, "The dropout PRNG"). `with_planned_masks` makes the same masks with one
+(benchmarks/EXPERIMENTS.md, "The dropout PRNG"). `with_planned_masks` makes the same masks with one
 vectorised `fold_in` for all sites and one vectorised generator per (mask shape, rate):
 
 1. a recording pass (`jax.eval_shape`, nothing computed) runs the loss function once and lists
@@ -20,7 +20,7 @@ vectorised `fold_in` for all sites and one vectorised generator per (mask shape,
    the consumers of like sites in different layers differ in nothing but that constant and
    compile as a kernel each, while with the row a runtime scalar they are one kernel, compiled
    once (T5-small's bf16 gradient program: 232 kernels -> 130, ~2 s less compile;
-   benchmarks/README.md, "One kernel for every layer's dropout").
+   benchmarks/EXPERIMENTS.md, "One kernel for every layer's dropout").
 
 The keys, and so the masks, are bit for bit those of the sites deriving their own
 (tests/models/test_dropout_plan.py), so a run's losses do not change. Sites whose key is not the

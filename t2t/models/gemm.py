@@ -3,7 +3,7 @@
 Differentiating `x @ w` needs `g @ w^T` and `x^T @ g`. For T5-small's float32 train step on a
 2-core Zen 3, XLA:CPU feeds the second to its dot as a transposed copy of the large operand: the
 encoder FFN's [8 * 512, 2048] hidden gradient (140-180 ms a layer, written column by column) and
-the logits' [8 * 114, 32128] gradient (~380 ms), ~1.2 s of a ~10 s step (benchmarks/README.md,
+the logits' [8 * 114, 32128] gradient (~380 ms), ~1.2 s of a ~10 s step (benchmarks/EXPERIMENTS.md,
 "Float32 on Zen 3"). `gemm_f32.cc` reads either operand transposed where it lies,
 so nothing is copied; on plain products it ran at about XLA's speed on Zen 3, and behind it on
 Zen 4, where the input's gradient (whose transposed operand is only the small weight) is left to
@@ -22,9 +22,9 @@ in XLA's dot. Attention's batched products stay with XLA.
 Two builds of the one source (`library()`): AVX2 + FMA (`small_dots.GEMM_F32`) and AVX-512F
 (`small_dots.GEMM_F32_AVX512`, 12 x 32 tiles). They agree to the bit. On a 2-core Intel
 Emerald Rapids the AVX-512 build runs T5-small's weight gradients at 150-250 GFLOP/s against the
-AVX2 build's 100-125 and makes the float32 train step 10-24% faster (benchmarks/README.md, "Intel
-Emerald Rapids"), on a 2-core Zen 5 14-17% ("Zen 5"); it runs by default where the cores do 512-bit
-FMAs at full width (`prefers_avx512`).
+AVX2 build's 100-125 and makes the float32 train step 10-24% faster
+(benchmarks/EXPERIMENTS.md, "Intel Emerald Rapids"), on a 2-core Zen 5 14-17% ("Zen 5"); it runs
+by default where the cores do 512-bit FMAs at full width (`prefers_avx512`).
 
 `T2T_GEMM=0` turns it off alone; `T2T_SMALL_DOTS=0` turns off every t2t kernel, this one too;
 `T2T_GEMM_AVX512=0` or `1` chooses the build.
@@ -47,7 +47,7 @@ MIN_ROWS = 128      # rows of the product (tokens) below which XLA's backward is
 SWITCH = 'T2T_GEMM'
 # The input's gradient g w^T by the kernel too (False: by XLA's dot, the default). On a 2-core Zen 4
 # XLA's dot ran T5-small's input-gradient products 2-20% faster than the kernel (jitted alone),
-# and the train step's median 4.85 s against 4.99 s (benchmarks/README.md, "The train step on
+# and the train step's median 4.85 s against 4.99 s (benchmarks/EXPERIMENTS.md, "The train step on
 # Zen 4: the attention backward's transposes, and the input gradients by XLA's dot"); on a 2-core
 # Zen 3, 5.88 / 6.36 / 6.69 s against 6.28 / 6.61 / 6.91 s in three alternating pairs ("Float32 on
 # Zen 3 again at today's code").

@@ -4,7 +4,7 @@
 // Why: in T5-small's float32 gradient program XLA:CPU materialises transposed copies of large
 // activation gradients to feed its dot ([8 * 512, 2048] for every encoder FFN's weight gradient,
 // [32128, 8 * 114] for the tied embedding's), ~1.2 s of a ~10 s step on a 2-core Zen 3
-// (benchmarks/README.md, "Float32 on Zen 3"). This GEMM reads either operand
+// (benchmarks/EXPERIMENTS.md, "Float32 on Zen 3"). This GEMM reads either operand
 // transposed in place, so none is copied; on plain products it is about as fast as XLA's dot.
 // It is the textbook blocked GEMM (Goto's algorithm, as BLIS and OpenBLAS organise it):
 //   for each block of NC columns of op(B) and KC of its rows: pack that [KC, NC] block into

@@ -363,7 +363,7 @@ class MultiHeadAttention(nn.Module):
     with its batch dimensions first, as stored, and the step writes one [b, heads, 1, kv] slice.
     On a CPU backend a rounded cache is kept in float32: XLA:CPU runs these one-row matmuls in
     float32 whatever their operands, and would otherwise convert (and, in the [b, length, heads,
-    kv] layout, transpose) every layer's whole cache every step (benchmarks/README.md, "Greedy
+    kv] layout, transpose) every layer's whole cache every step (benchmarks/EXPERIMENTS.md, "Greedy
     decoding"); the values, and so the results, are those of the rounded cache.
     """
     x = _cache_dtype(jnp.swapaxes(x, 1, 2), self.matmul_dtype)
@@ -535,7 +535,7 @@ def add_mask_bias(position_bias: Array, mask: Array) -> Array:
   The same sum as `+`, differentiated so that the position bias's gradient (the sum of the
   logits' gradients over the batch, for every layer's attention) is a product with a vector of
   ones: XLA:CPU reduces a [8, 8, 512, 512] float32 array over its leading axis in ~157 ms, and
-  the same sum as a dot in ~3 ms (2-core Zen 3, jitted alone; benchmarks/README.md).
+  the same sum as a dot in ~3 ms (2-core Zen 3, jitted alone; benchmarks/EXPERIMENTS.md).
   """
   mask_bias = mask_to_bias(mask)
   if jnp.ndim(position_bias) != 4 or mask_bias.ndim != 4 or jnp.shape(position_bias)[0] != 1:

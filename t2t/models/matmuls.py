@@ -26,7 +26,7 @@ def matmul(spec: str, a: Array, b: Array, dtype: DType, matmul_dtype: DType | No
   mixed precision as on a TPU's MXU) the operands are rounded to `matmul_dtype` and the product is
   accumulated in float32 and returned in `dtype`, and so are the two matmuls of the backward pass
   (`_mixed_einsum`): without that, JAX transposes a mixed dot into float32 x float32 dots. On a
-  CPU with AVX512_BF16 this is XLA's fast dot path (benchmarks/README.md). Products with a few
+  CPU with AVX512_BF16 this is XLA's fast dot path (benchmarks/EXPERIMENTS.md). Products with a few
   rows may go to t2t's own kernels (`small_dots.dot`); float32 ones over whole sequences get
   their gradients from t2t's GEMM (`gemm.dot`). `spec` must name every
   index of `a` in `b` or in the output and vice versa (true of every matmul in t2t).
@@ -83,7 +83,7 @@ def einsum2(spec: str, x: Array, y: Array, preferred_element_type: DType | None 
 
   The same `lax.dot_general` (operand order, dimension numbers) and output transpose that
   `jnp.einsum` emits for such a spec, so XLA compiles the same program (for T5-small's bf16 train
-  step, compared after optimisation: benchmarks/README.md), without `jnp.einsum`'s per-call
+  step, compared after optimisation: benchmarks/EXPERIMENTS.md), without `jnp.einsum`'s per-call
   contraction-path search and nested jit, ~1 ms of tracing per call and ~0.3 s of that step's
   trace. Specs of one plain contraction only: two operands, no ellipsis, no index repeated in
   an operand, every index in two of x, y and the output, equal dtypes and equal sizes for shared

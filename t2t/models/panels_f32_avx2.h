@@ -11,7 +11,7 @@
 // from memory once. The tiles of a block share out the prefetch of the next block into L2, a row
 // every few iterations each, so the memory is kept busy while the later tiles compute. Measured
 // against other tiles (2 x 32; 16 or 128-row blocks; prefetch to L1, or by the first tile alone)
-// in a two-thread stream of 180 MB of panels on a Zen 4 VM (benchmarks/README.md, "Float32
+// in a two-thread stream of 180 MB of panels on a Zen 4 VM (benchmarks/EXPERIMENTS.md, "Float32
 // decoding without AVX-512"): 21-23 GB/s for 8 rows, 9.4-9.7 for 32, where AVX-512's tile
 // streams 23-24 and 10.5-10.9.
 #ifndef T2T_MODELS_PANELS_F32_AVX2_H_

@@ -5,7 +5,7 @@ SC'11, section 3.2; it passes TestU01's BigCrush) is a counter-based generator: 
 32-bit words is ten rounds of two 32 x 32 -> 64-bit multiplications by fixed constants, whose
 high and low halves are XOR-ed with the other two words and the key, the key being bumped by the
 Weyl constants between rounds. On a CPU its integer rounds run ~2.8x faster than the Philox that
-XLA's RngBitGenerator expands to (benchmarks/README.md, "The dropout PRNG").
+XLA's RngBitGenerator expands to (benchmarks/EXPERIMENTS.md, "The dropout PRNG").
 
 JAX ships the same function as a key implementation (`jax.random.key(s, impl='philox4x32')`),
 written with `lax.mulhi` for the high halves. XLA can run that on one device only: a program

@@ -5,7 +5,7 @@
 // ~60 GFLOP/s a core and ~5-15 GB/s of weights, so a decode step streams its ~77 MB of bf16
 // weights slower than the memory allows. Here each output tile keeps its accumulators in
 // registers for the whole contraction, reads the weights with software prefetch, and splits the
-// columns among XLA's intra-op threads (benchmarks/README.md, "A kernel of our own").
+// columns among XLA's intra-op threads (benchmarks/EXPERIMENTS.md, "A kernel of our own").
 //
 //   t2t_bf16_nn: A [M, K] x W [K, N] -> C [M, N]   (K even, N a multiple of 32)
 //   t2t_bf16_nt: A [M, K] x W [N, K] -> C [M, N]   (K a multiple of 32, N a multiple of 4)

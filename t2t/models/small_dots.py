@@ -7,8 +7,8 @@ T5-small ~77 MB of bf16 weights (~166 MB in float32) and ~100 MB of float32 cach
 XLA's CPU dot runs these products at ~60 GFLOP/s a core, on one thread, well below what the
 memory can feed. The kernels keep each output tile's accumulators in registers for the whole
 contraction, prefetch the weights and split the columns among XLA's intra-op threads. Two
-libraries, each compiled for the instructions it needs (figures: benchmarks/README.md, "A kernel
-of our own for the small dots" and "An AVX2 kernel for float32 decoding"):
+libraries, each compiled for the instructions it needs (figures: benchmarks/EXPERIMENTS.md,
+"A kernel of our own for the small dots" and "An AVX2 kernel for float32 decoding"):
 
 - `BF16` (`small_dots.cc`, AVX512_BF16): bf16 operands, float32 accumulation (VDPBF16PS), for
   models with `matmul_dtype='bfloat16'`.
@@ -18,12 +18,12 @@ of our own for the small dots" and "An AVX2 kernel for float32 decoding"):
   float32 products against weights packed once per decode in panels of 32 columns
   (`pack_panels`), and the encoder-decoder attention, in place of `F32`'s: a tile of 8 rows x 32
   columns keeps its sums in AVX-512's registers and reads its panel as one stream, ~2x the
-  bytes a thread that `F32`'s NT tiles read on a Zen 4 VM (benchmarks/README.md, "Float32
+  bytes a thread that `F32`'s NT tiles read on a Zen 4 VM (benchmarks/EXPERIMENTS.md, "Float32
   decoding on Zen 4: weights in panels, AVX-512"). `T2T_F32_AVX512=0` turns it alone off.
 - `F32_PANELS_AVX2` (the same source built with AVX2 + FMA, its targets named `..._avx2`): the
   panels' packing and product where the processor lacks AVX-512F (Zen 3, Intel client cores),
   with tiles of 6 rows x 16 columns over 8 KB blocks of the panel (`panels_f32_avx2.h`), in
-  place of `F32`'s NT product (benchmarks/README.md, "Float32 decoding without AVX-512: the
+  place of `F32`'s NT product (benchmarks/EXPERIMENTS.md, "Float32 decoding without AVX-512: the
   panels and the decoder step for AVX2"). `panels_library()` says which build runs;
   `T2T_F32_PANELS_AVX2=0` turns it off, leaving `F32`'s NT product.
 
@@ -519,7 +519,7 @@ def attention(query: Array, key: Array, value: Array, bias: Array | None, *, dty
   unfused einsums: float32 logits and softmax; for bf16, bf16 operands and weights) computes it,
   up to float32 rounding. Under differentiation the forward and backward are `reference`'s (a
   `custom_vjp`): the kernels have no backward, so training with dropout 0 is exactly XLA's.
-  The encoder at inference is the case it is for (benchmarks/README.md, "The encoder's
+  The encoder at inference is the case it is for (benchmarks/EXPERIMENTS.md, "The encoder's
   attention" and "Float32 on Zen 3").
   """
   if query.ndim != 4 or key.ndim != 4:

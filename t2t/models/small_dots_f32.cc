@@ -4,7 +4,7 @@
 // A float32 decoding step multiplies 8 rows (batch 8, one token; 32 with 4 beams) by every weight
 // matrix of the decoder and by the tied embedding: ~166 MB of float32 weights for T5-small, and
 // reads the encoder-decoder attention's ~100 MB cache. XLA's CPU dot streams the weights at
-// ~5-15 GB/s on one thread (Zen 3, benchmarks/README.md); here both threads stream them, each
+// ~5-15 GB/s on one thread (Zen 3, benchmarks/EXPERIMENTS.md); here both threads stream them, each
 // tile keeping its accumulators in registers for the whole contraction.
 //
 //   t2t_f32_nt: A [M, K] x W [N, K] -> C [M, N]   (K a multiple of 8, N even)

@@ -21,7 +21,7 @@
 // the panel (32 floats, two cache lines) after row k - 1, so a tile of 8 A rows x 32 columns
 // keeps its 16 accumulators in 16 of AVX-512's 32 registers, reads the panel once as one
 // contiguous stream and broadcasts each A element: ~15-23 GB/s a thread on the same VM
-// (benchmarks/README.md, "Float32 decoding on Zen 4: weights in panels, AVX-512").
+// (benchmarks/EXPERIMENTS.md, "Float32 decoding on Zen 4: weights in panels, AVX-512").
 #include <immintrin.h>
 
 #include <algorithm>

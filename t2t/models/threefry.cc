@@ -5,8 +5,8 @@
 // XLA:CPU compiles JAX's own lowering of the hash (a five-step loop of adds, rotations and xors)
 // into a loop and several fusions per call; T5-small's initialisers make ~200 such calls and that
 // compile took ~8 of the ~13 s `Trainer.init_state` spent compiling on a 2-core Zen 3
-// (benchmarks/README.md, "Initialisers' Threefry in a kernel"). As a custom call the hash compiles
-// to nothing; it is integer arithmetic, so the bits are the same as XLA's.
+// (benchmarks/EXPERIMENTS.md, "Initialisers' Threefry in a kernel"). As a custom call the hash
+// compiles to nothing; it is integer arithmetic, so the bits are the same as XLA's.
 //
 //   t2t_threefry2x32: k1, k2, x1, x2 (uint32; each with one element, broadcast, or with the
 //     results' element count) -> y1, y2 (uint32, the results' shape).

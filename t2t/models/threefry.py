@@ -5,7 +5,8 @@ key and counters with Threefry-2x32 (JAX's default PRNG; Salmon et al., SC 2011,
 XLA:CPU compiles JAX's lowering of each hash into a loop and several fusions: T5-small's 131
 parameters make ~200 hashes (the draws and each key's `fold_in`), 1302 fusions and 199 loops, and
 the program took ~13 s to compile on a 2-core Zen 3, ~8 s of it for the hashes (a program whose
-hash was a stand-in compiled in ~5 s; benchmarks/README.md, "Initialisers' Threefry in a kernel").
+hash was a stand-in compiled in ~5 s; benchmarks/EXPERIMENTS.md, "Initialisers' Threefry in a
+kernel").
 
 Inside `for_initialisers()` the `threefry2x32` primitive lowers instead to `t2t_threefry2x32`
 (`threefry.cc`, compiled on first use like the other kernels, `small_dots.THREEFRY`): a custom

@@ -4,7 +4,7 @@ T5 applies dropout "on the attention weights" when training (Raffel et al. 2020,
 0.1, section 3.1.1), and its logits are not scaled by 1/sqrt(d) (the reference code): out = (P *
 keep / keep_prob) v with P = softmax(q k^T + bias). XLA:CPU runs a T5-small encoder layer's version of
 that, forward and backward, as ~10 fusions each passing over [8, 8, 512, 512] float32 tensors,
-~55-67 GFLOP/s on a 2-core Zen 3 (benchmarks/README.md). `dropout_attention` hands it to
+~55-67 GFLOP/s on a 2-core Zen 3 (benchmarks/EXPERIMENTS.md). `dropout_attention` hands it to
 `attention_train_f32.cc` (library `small_dots.ATTENTION_TRAIN_F32`, AVX2 + FMA): the forward
 keeps P for the backward, which computes
 
@@ -24,13 +24,13 @@ products with bf16 dot products, rounding each product's operands to bf16 where 
 d_logits before d_q and d_k; so it is XLA's bf16 attention up to float32 summation order.
 Elsewhere the float32 kernel takes the rounded q, k and v: bf16 values multiplied in float32,
 the softmax's weights not rounded (slightly closer to the float32 model). Figures:
-benchmarks/README.md, "bf16 on Zen 4 again" and "The training attention's products in bf16".
+benchmarks/EXPERIMENTS.md, "bf16 on Zen 4 again" and "The training attention's products in bf16".
 
 The float32 kernel has two builds of one source: AVX2 + FMA, 6 x 16 tiles, and AVX-512F, 6 x 32
 tiles of zmm sums (`small_dots.ATTENTION_TRAIN_F32_AVX512`, for d and key lengths that are
 multiples of 32), which runs by default where the cores do 512-bit FMAs at full width
 (`prefers_avx512`; `T2T_TRAIN_ATTENTION_AVX512=0` or `1` chooses): on a 2-core Zen 5 it took
-another 1.5-8% off the float32 train step after the GEMM's AVX-512 build (benchmarks/README.md,
+another 1.5-8% off the float32 train step after the GEMM's AVX-512 build (benchmarks/EXPERIMENTS.md,
 "Zen 5"); on Intel it runs by the same rule, not yet timed there. Their products sum in the same
 order; the softmax's and the backward's row sums run over 8 or 16 lanes, so the two agree to
 float32 rounding, not to the bit.
@@ -182,8 +182,8 @@ def _sum_leading(d_logits: Array, summed: tuple[int, ...]) -> Array:
   batch is a product with a vector of ones, as `layers.add_mask_bias` sums the model's position
   bias: XLA:CPU reduces an [8, 8, 512, 512] float32 array over its leading axis in ~93 ms on a
   Zen 4 VM, over both leading axes in ~64 ms, and the products take ~2 ms; over the heads alone
-  its reduction (~14 ms) is the faster of the two (benchmarks/README.md, "The bias's batch sum as
-  a dot")."""
+  its reduction (~14 ms) is the faster of the two (benchmarks/EXPERIMENTS.md, "The bias's batch
+  sum as a dot")."""
   if 0 not in summed:
     return jnp.sum(d_logits, axis=summed, keepdims=True) if summed else d_logits
   b, h, q, k = d_logits.shape

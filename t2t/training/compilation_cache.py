@@ -1,7 +1,8 @@
 """JAX's persistent compilation cache for t2t's entry points (`--compilation_cache_dir`).
 
-Compiling T5-small's train step takes ~12 s of a cold start on a 2-core CPU (benchmarks/README.md);
-a run that restarts, resumes, or evaluates the same model again compiles the same programs again.
+Compiling T5-small's train step takes ~12 s of a cold start on a 2-core CPU
+(benchmarks/EXPERIMENTS.md); a run that restarts, resumes, or evaluates the same model again
+compiles the same programs again.
 With a cache directory, XLA's executables are written there on the first compile and read back by
 every later process whose program is the same (same model, shapes, mesh, JAX/XLA version, flags):
 the second start skips XLA's compile and pays only tracing, lowering and a file read.

@@ -5,7 +5,7 @@ functions, classes, registries). CPython's cyclic collector walks every tracked 
 generations it collects, and its oldest generation holds all of these: while the imports run
 (~0.8 M new objects) it walks a growing heap again and again, and later every full collection
 walks the whole of it, which tracing a model -- millions of small short-lived objects -- sets
-off often. Measured on the 2-core benchmark machine (benchmarks/README.md, "Tracing: einsums
+off often. Measured on the 2-core benchmark machine (benchmarks/EXPERIMENTS.md, "Tracing: einsums
 straight to `dot_general`, ..."): `import t2t.train` 4.3-4.4 s with the collector on against
 3.3-3.4 s with it off (plus ~0.35 s for one collection at the end), and the bf16 T5-small
 gradient program traced and lowered in 1.46-1.53 s against 1.16-1.27 s with the imported objects

@@ -5,7 +5,7 @@ plus many smaller ones) with the C library's `malloc` on every call and frees th
 serves requests above its mmap threshold (at most 32 MB) with a fresh `mmap` and hands them back
 with `munmap` on `free`, and the per-thread arenas of XLA's worker threads give their 64 MB heaps
 back as well, so every step touches ~3.4 GB of new pages: ~840k page faults, each page zeroed by the
-kernel, 2-3.5 s of system CPU time per step on a 2-core machine (benchmarks/README.md, "Host
+kernel, 2-3.5 s of system CPU time per step on a 2-core machine (benchmarks/EXPERIMENTS.md, "Host
 memory"). With every allocation served from one heap that is never trimmed, the same pages are
 reused and the faults drop to zero once the heap has found its size: buffers that outlive a step
 land, it seems, in the hole the freed temporaries left, so in one of the first steps the 2.7 GB
@@ -28,7 +28,7 @@ unless `XLA_FLAGS` names that flag already). The arithmetic is the same, only th
 independent instructions and so which temporaries are live together: T5-small's bf16 gradient
 program needs 2.20 GB of temporaries instead of 2.69 and its update 0.07 GB instead of 0.48, so a
 cold first step touches ~0.65 GB fewer fresh pages; on the 2-core benchmark machine the train step
-was no slower and beam search ~10% faster (benchmarks/README.md, "XLA:CPU's memory-minimising
+was no slower and beam search ~10% faster (benchmarks/EXPERIMENTS.md, "XLA:CPU's memory-minimising
 schedule"). A child process inherits `XLA_FLAGS`, and with it the choice.
 
 The settings must be in place before JAX starts its backend: XLA:CPU's worker threads take a

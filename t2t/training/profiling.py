@@ -18,7 +18,7 @@ cost. On a CPU backend that time is split into the seconds some XLA thread was r
 so Python, the input pipeline, dispatch or the hooks held the step up. Dispatch is asynchronous,
 so host work that overlaps a running program is not in the rest; a large rest says the run waits
 on its host, not on its model. Choose steps after the first few: the first compiles, and on a CPU
-the next ones may still grow the heap (benchmarks/README.md, "Host memory"). A trace that
+the next ones may still grow the heap (benchmarks/EXPERIMENTS.md, "Host memory"). A trace that
 cannot start (another profiler already running in the process) is announced and the run trains
 on without it.
 

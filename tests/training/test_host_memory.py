@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # temporaries in again and the resident size rises by them -- the heap grows, most likely because
 # allocations from XLA's threads and the main thread interleave and fragment it -- and then it
 # settles, mostly within the first few calls (as the train step's heap does within its first
-# seven steps, benchmarks/README.md "Host memory"). Hence 8 unmeasured calls and the median (at
+# seven steps, benchmarks/EXPERIMENTS.md "Host memory"). Hence 8 unmeasured calls and the median (at
 # least 13 of 24 calls fault-free), not every call. With 2 + 16 the first six or seven measured
 # calls of a quiet run often faulted, and a fresh-clone CI run (2026-11-30, ed85306) saw eight.
 PROGRAM = """

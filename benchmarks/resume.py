@@ -1,6 +1,6 @@
 """Time to the first step after resuming at step 10 and at step 5,000: restored input state vs replay.
 
-  python -m benchmarks.resume [--steps 10 5000] [--batch 2] [--allow-loaded] [--skip-train]
+  python -m benchmarks.resume [--steps 10 5000] [--batch 2] [--allow-loaded] [--skip-train] [--out F]
 
 The stream is the one training reads (`inputs.train_batches`: BBC span corruption, shuffled,
 packed to 32/8 tokens; a small batch so 5,000 batches take seconds to produce). For each N:
@@ -25,9 +25,10 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -48,8 +49,7 @@ def _stream(batch_size: int, skip: int = 0):
 def measure_inputs(model_dir: str, n: int, batch_size: int) -> dict:
   """State production and time to the first batch by restore and by replay, at batch N."""
   import numpy as np
-  from t2t.training import checkpoints, input_state
-  os.makedirs(os.path.join(model_dir, f'{checkpoints.STEP_PREFIX}_{n}'), exist_ok=True)
+  from t2t.training import input_state
   with machine.Section(f'produce_{n}') as produce:
     it = _stream(batch_size)
     for _ in range(n):
@@ -101,11 +101,36 @@ def _first_step_s(model_dir: str, steps: int, batch_size: int) -> tuple[float, m
   return first[0], section
 
 
+def resume_dirs(root: str, n: int, input_dir: str, params: Any, opt_state: Any,
+                meta: dict) -> tuple[str, str]:
+  """Two MODEL_DIRs holding the same step-N checkpoint: `run` with the real N-batch input state
+  saved in `input_dir` (`input_state.save` at step N), `replay` without it.
+
+  Raises RuntimeError if train() would not take the path each is named for (a resume restores
+  from input state only where `input_state.exists`), so a layout change cannot turn the
+  "restore" figure into a second replay unnoticed.
+  """
+  from t2t.training import checkpoints, input_state
+  run = os.path.join(root, f'at_{n}')
+  ckpt = checkpoints.Checkpointer(run, keep=None)
+  ckpt.save(n, params, opt_state, {**meta, 'batches_consumed': n})
+  ckpt.close()
+  shutil.copytree(input_state.step_dir(input_dir, n), input_state.step_dir(run, n))
+  replay = os.path.join(root, f'at_{n}_replay')
+  shutil.copytree(run, replay)
+  shutil.rmtree(input_state.step_dir(replay, n))
+  if not input_state.exists(run, n) or input_state.exists(replay, n):
+    raise RuntimeError(f'benchmarks.resume: the step-{n} input state is not where a resume looks '
+                       f'for it ({input_state.state_prefix(run, n)}.index); t2t.training.'
+                       'input_state changed its layout and this benchmark must follow it.')
+  return run, replay
+
+
 def measure_train(root: str, steps: Sequence[int], batch_size: int,
                   input_dirs: dict[int, str]) -> list[dict]:
   """train()'s time to the first step resuming at each N, from input state and by replay."""
   from t2t import train as train_lib
-  from t2t.training import checkpoints, input_state, trainer as trainer_lib
+  from t2t.training import checkpoints, trainer as trainer_lib
   from t2t.training.partitioning import Partitioner
   base = os.path.join(root, 'base')
   train_lib.train(**_train_kwargs(base, 10, batch_size))  # a real checkpoint at step 10
@@ -120,16 +145,7 @@ def measure_train(root: str, steps: Sequence[int], batch_size: int,
   source.close()
   out = []
   for n in steps:
-    run = os.path.join(root, f'at_{n}')
-    ckpt = checkpoints.Checkpointer(run, keep=None)
-    ckpt.save(n, params, opt_state, {**meta, 'batches_consumed': n})
-    ckpt.close()
-    state_dir = os.path.join(input_dirs[n], f'{checkpoints.STEP_PREFIX}_{n}', input_state.STATE_DIR)
-    shutil.copytree(state_dir, os.path.join(run, f'{checkpoints.STEP_PREFIX}_{n}',
-                                            input_state.STATE_DIR))
-    replay = os.path.join(root, f'at_{n}_replay')
-    shutil.copytree(run, replay)
-    shutil.rmtree(os.path.join(replay, f'{checkpoints.STEP_PREFIX}_{n}', input_state.STATE_DIR))
+    run, replay = resume_dirs(root, n, input_dirs[n], params, opt_state, meta)
     restored_s, restored = _first_step_s(run, n + 1, batch_size)
     replayed_s, replayed = _first_step_s(replay, n + 1, batch_size)
     out.append(dict(n=n, restore_first_step_s=restored_s, replay_first_step_s=replayed_s,
@@ -143,8 +159,12 @@ def main(argv: Sequence[str] | None = None) -> None:
   ap.add_argument('--batch', type=int, default=2)
   ap.add_argument('--allow-loaded', action='store_true')
   ap.add_argument('--skip-train', action='store_true')
+  ap.add_argument('--out', default=None, help='also write the JSON to this file')
   args = ap.parse_args(argv)
-  quiet = machine.check_quiet(args.allow_loaded)
+  try:
+    quiet = machine.check_quiet(args.allow_loaded)
+  except machine.LoadedMachineError as e:
+    sys.exit(f'benchmarks.resume: error: {e}')
   importlib.import_module('tasks.bbc')  # registers the BBC tasks
   from t2t.training import inputs
   inputs.limit_tf_threads()
@@ -157,7 +177,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.skip_train:
       result['train'] = measure_train(root, args.steps, args.batch, dirs)
     result['loadavg_at_end'] = os.getloadavg()
-    print(json.dumps(result))
+    result['machine'] = dict(quiet, date_utc=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()))
+    sections = [s for part in result['inputs'] + result.get('train', []) for s in part['sections']]
+    result['loaded'] = bool(quiet['loaded_at_start'] or any(s['loaded'] for s in sections))
+    line = json.dumps(result)
+    if args.out:
+      with open(args.out, 'w') as f:
+        f.write(line + '\n')
+    print(line)
   finally:
     shutil.rmtree(root, ignore_errors=True)
 

@@ -2,7 +2,7 @@
 
   python -m benchmarks.profile_t5_small {train|decode} [--steps 2] [--warmup 1] [--threads 2] [--beams 1]
       [--tiny] [--dropout RATE] [--precision fp32|bf16] [--host-malloc auto|retain|system]
-      [--trace-dir DIR] [--hlo-dir DIR]
+      [--trace-dir DIR] [--hlo-dir DIR] [--allow-loaded]
 
 Runs the same programs as `benchmarks.t5_small_cpu` (`--warmup` calls, the first of which compiles), then
 `--steps` calls under `jax.profiler.trace`. Every XLA CPU thunk in the trace is an HLO instruction
@@ -20,13 +20,17 @@ time the busiest thread spent outside leaf thunks (`outside_xla_s_per_call` = wa
 thunk time: an upper bound on Python, dispatch, host<->device copies, thunk-executor overhead
 between small thunks, and waiting for other threads); and by site (`top_sites`: the op's Flax path
 with the layers summed, `in_loop` for a decoding loop's body, whose total is
-`loop_thunk_s_per_call`). `--hlo-dir` also writes the optimized HLO text.
+`loop_thunk_s_per_call`). `--hlo-dir` also writes the optimized HLO text. As every timing
+benchmark here it refuses a machine whose load average is above its core count unless
+`--allow-loaded`, and the JSON records the load, the processor (`machine`), the share of the CPU
+other processes took while it profiled (`sections`) and `loaded`.
 
 The host malloc settings are the benchmark's (`--host-malloc`, default auto: t2t.train's, which
 retain freed memory on a CPU backend; t2t/training/host_memory.py) and the JSON's `host_malloc`
 says which were in effect: without them every call of a program with large temporaries also
 faults its pages in, which made an earlier profile put T5-small's encoder at 160-190 GFLOP/s where
-the benchmark's run reaches ~260 (benchmarks/README.md, greedy decoding).
+the benchmark's run reaches ~260 (benchmarks/EXPERIMENTS.md, "Greedy
+decoding").
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ import gzip
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -262,6 +267,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                        'the CPU backend)')
   ap.add_argument('--trace-dir', default=None, help='keep the jax.profiler trace here')
   ap.add_argument('--hlo-dir', type=Path, default=None, help='write the optimized HLO here')
+  ap.add_argument('--allow-loaded', action='store_true',
+                  help='profile a machine whose load is above its core count (marked loaded)')
   args = ap.parse_args(argv)
   if args.warmup < 1:
     ap.error(f'--warmup must be >= 1 (the first call compiles), got {args.warmup}.')
@@ -269,6 +276,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     machine.pin_threads(args.threads)
   except ValueError as e:
     ap.error(str(e))
+  try:
+    quiet = machine.check_quiet(args.allow_loaded)
+  except machine.LoadedMachineError as e:
+    sys.exit(f'benchmarks.profile_t5_small: error: {e}')
   host_memory.configure(args.host_malloc)  # before the first XLA program, as the benchmark
   dropout = args.dropout if args.dropout is not None else (0.1 if args.mode == 'train' else 0.0)
   config = setup.t5_small_config(dropout, args.tiny, args.precision)
@@ -282,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.hlo_dir.mkdir(parents=True, exist_ok=True)
     for i, text in enumerate(texts):
       (args.hlo_dir / f'{args.mode}_{i}.hlo.txt').write_text(text)
-  with tempfile.TemporaryDirectory() as tmp:
+  with tempfile.TemporaryDirectory() as tmp, machine.Section('profile') as section:
     result = breakdown(fn, texts, args.steps, args.trace_dir or tmp)
   result.update(mode=args.mode, warmup=args.warmup, beams=args.beams, dropout=dropout,
                 tiny=args.tiny,
@@ -292,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  xla_cpu_memory_schedule=host_memory.memory_schedule()),
                 shapes=dict(batch=args.batch, enc_len=args.enc_len, dec_len=args.dec_len,
                             gen_len=args.gen_len))
-  print(json.dumps(result))
+  machine.record(result, quiet, [section], out=None)
 
 
 if __name__ == '__main__':

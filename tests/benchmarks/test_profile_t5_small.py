@@ -71,13 +71,18 @@ def test_decode_profile_runs_under_the_benchmarks_malloc_settings(tmp_path):
   out = subprocess.run(
       [sys.executable, '-m', 'benchmarks.profile_t5_small', 'decode', '--tiny', '--steps', '1',
        '--batch', '2', '--enc-len', '16', '--gen-len', '4', '--threads', '1', '--warmup', '2',
-       '--hlo-dir', str(hlo_dir)],
+       '--hlo-dir', str(hlo_dir), '--allow-loaded'],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.strip().splitlines()[-1])
   assert result['host_malloc'] == dict(mode='auto', retains_freed_memory=True,
                                        xla_cpu_memory_schedule=True)
   assert result['precision'] == 'fp32' and result['mode'] == 'decode' and result['warmup'] == 2
+  # The machine it ran on, and the CPU other processes took meanwhile, as every benchmark records.
+  assert result['machine']['cores'] == os.cpu_count() and 'cpu_identity' in result['machine']
+  assert [s['name'] for s in result['sections']] == ['profile']
+  assert result['loaded'] == (result['machine']['loaded_at_start']
+                              or result['sections'][0]['loaded'])
   # The thunks were found in the trace and attributed to the model's parts.
   assert result['xla_thunk_s_per_call'] > 0
   assert {'attention', 'ffn'} <= set(result['categories_s'])
@@ -103,3 +108,12 @@ def test_no_warmup_is_a_usage_error(capsys):
     prof.main(['train', '--tiny', '--warmup', '0'])
   assert exit_info.value.code == 2
   assert '--warmup must be >= 1 (the first call compiles)' in capsys.readouterr().err
+
+
+def test_a_loaded_machine_is_refused_with_the_way_round(monkeypatch):
+  monkeypatch.setattr(os, 'getloadavg', lambda: (os.cpu_count() + 3.0, 1.0, 1.0))
+  with pytest.raises(SystemExit) as exit_info:
+    prof.main(['decode', '--tiny', '--threads', '1'])
+  message = str(exit_info.value.code)
+  assert message.startswith('benchmarks.profile_t5_small: error: The machine is loaded')
+  assert '--allow-loaded' in message

@@ -1,6 +1,7 @@
 """Time to the first step after resuming at step 10 and at step 5,000: restored input state vs replay.
 
-  python -m benchmarks.resume [--steps 10 5000] [--batch 2] [--allow-loaded] [--skip-train] [--out F]
+  python -m benchmarks.resume [--steps 10 5000] [--batch 2] [--allow-loaded] [--skip-train]
+      [--out F]
 
 The stream is the one training reads (`inputs.train_batches`: BBC span corruption, shuffled,
 packed to 32/8 tokens; a small batch so 5,000 batches take seconds to produce). For each N:
